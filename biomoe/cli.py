@@ -1,0 +1,111 @@
+"""Command line: a LightningCLI (fit / validate / test / predict) plus biomoe's own tools.
+
+Bad input never ends in a traceback: :class:`~biomoe.errors.GenomeInputError` and
+:class:`~biomoe.config.ConfigError` are printed as one line with exit status 2. Pass ``--debug``
+(or set ``BIOMOE_DEBUG=1``) to see the traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from lightning.pytorch.cli import LightningCLI
+
+from biomoe.checkpoint import AtomicCheckpointIO
+from biomoe.config import ConfigError
+from biomoe.data import GenomeDataModule
+from biomoe.errors import GenomeInputError
+from biomoe.module import BioMoEModule
+
+# Extra subcommands handled outside LightningCLI: name -> "module:function(argv)".
+EXTRA_COMMANDS: dict[str, str] = {}
+
+
+class BioMoECLI(LightningCLI):
+    """LightningCLI that reports where results went after ``fit`` and checks vocab sizes."""
+
+    def before_fit(self) -> None:
+        self._check_vocab()
+
+    def _check_vocab(self) -> None:
+        data_vocab = getattr(self.datamodule, "vocab_size", None)
+        model_vocab = self.model.config.vocab_size
+        if data_vocab is not None and data_vocab > model_vocab:
+            raise ConfigError(f"model.config.vocab_size={model_vocab} is smaller than the "
+                              f"tokenizer's padded vocabulary ({data_vocab})")
+
+    def after_fit(self) -> None:
+        trainer = self.trainer
+        if not trainer.is_global_zero:
+            return
+        ckpt = trainer.checkpoint_callback
+        paths = []
+        if ckpt is not None:
+            paths = [p for p in (getattr(ckpt, "last_model_path", ""), ckpt.best_model_path) if p]
+        log_dir = trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir
+        metrics = Path(log_dir) / "metrics.csv"
+        print("\n=== biomoe fit finished ===")
+        for path in dict.fromkeys(paths):
+            print(f"checkpoint: {path}")
+        if metrics.exists():
+            print(f"metrics:    {metrics}")
+            from biomoe.plots import plot_training_curves
+
+            png = plot_training_curves(metrics)
+            if png is not None:
+                print(f"plot:       {png}")
+        val = trainer.callback_metrics.get("val/bits_per_base")
+        if val is not None:
+            print(f"validation bits/base: {float(val):.4f}")
+
+
+def run_lightning_cli(args: list[str] | None = None) -> BioMoECLI:
+    return BioMoECLI(
+        BioMoEModule,
+        GenomeDataModule,
+        trainer_defaults={"plugins": [AtomicCheckpointIO()]},
+        save_config_kwargs={"overwrite": True},
+        args=args,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get("BIOMOE_DEBUG") == "1"
+    if "--debug" in argv:
+        argv.remove("--debug")
+        debug = True
+    try:
+        if argv and argv[0] in EXTRA_COMMANDS:
+            module_name, func_name = EXTRA_COMMANDS[argv[0]].split(":")
+            module = __import__(module_name, fromlist=[func_name])
+            return int(getattr(module, func_name)(argv[1:]) or 0)
+        run_lightning_cli(argv)
+        return 0
+    except (GenomeInputError, ConfigError) as err:
+        if debug:
+            raise
+        print(f"biomoe: error: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # jsonargparse wraps errors raised while instantiating classes
+        cause = _find_cause(err, (GenomeInputError, ConfigError))
+        if cause is None or debug:
+            raise
+        print(f"biomoe: error: {cause}", file=sys.stderr)
+        return 2
+
+
+def _find_cause(err: BaseException, types: tuple[type, ...]) -> BaseException | None:
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, types):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,621 @@
+"""Validated, indexed random access to genome FASTA files.
+
+Why this module exists: training reads millions of random windows, so we need
+indexed access (pyfaidx ``.fai``), and users hand us all sorts of FASTA (gzip from
+NCBI, bgzip from samtools, Windows line endings, soft-masked lowercase, typos). Every
+problem must surface as a one-line :class:`~biomoe.errors.GenomeInputError` naming
+the file, *before* a training job starts, instead of as a pyfaidx traceback an hour in.
+
+Pipeline for each file:
+
+1. **Scan** (one streaming pass over 1 MiB chunks, ``bytes.translate`` to find bad
+   characters; an E. coli genome takes well under a second). It validates the content
+   and records every contig's name and length. The result is cached as JSON, keyed by
+   the file's path + size + mtime, so reopening an unchanged file skips the scan.
+2. **Normalise if needed**. pyfaidx can index plain FASTA and bgzip (BGZF), but not
+   plain gzip, and it rejects CRLF line endings, blank lines and ragged line widths.
+   Such files are decompressed/rewritten *once* into a plain FASTA in the cache
+   directory (written to a temporary file, then ``os.replace``'d so a crash or a
+   concurrent process never sees a half-written file). Sequence content, including
+   lowercase soft-masking, is preserved exactly.
+3. **Index**. An existing ``<file>.fai`` next to the FASTA is used if it matches the
+   scanned lengths; if it is stale or wrong it is rebuilt when we can write there, else
+   a GenomeInputError explains the problem. Without a ``.fai`` the index is built in the
+   cache directory so data folders stay clean.
+
+The cache directory defaults to ``.biomoe_cache/`` next to the FASTA file when that
+folder is writable, else ``~/.cache/biomoe`` (``$XDG_CACHE_HOME/biomoe``); pass
+``cache_dir`` to choose. Deleting it is always safe.
+
+pyfaidx handles are opened lazily and per process: a :class:`Genome` can be pickled
+and sent to DataLoader workers, and each worker opens its own file handles (sharing
+a file offset across ``fork`` would corrupt reads).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from biomoe.errors import GenomeInputError
+
+__all__ = [
+    "FASTA_SUFFIXES",
+    "ContigInfo",
+    "FileScan",
+    "Genome",
+    "default_cache_dir",
+    "resolve_fasta_paths",
+    "scan_fasta",
+]
+
+FASTA_SUFFIXES: tuple[str, ...] = (".fa", ".fasta", ".fna", ".fa.gz", ".fasta.gz", ".fna.gz")
+_SCAN_VERSION = 1  # bump when the scan cache format or the normalisation changes
+_CHUNK = 1 << 20
+_WRAP = 80
+_IUPAC = b"ACGTNRYSWKMBDHV"
+_VALID = _IUPAC + _IUPAC.lower()
+_VALID_LUT = np.zeros(256, dtype=bool)
+_VALID_LUT[np.frombuffer(_VALID, dtype=np.uint8)] = True
+_OTHER_COMPRESSION = {b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
+
+
+@dataclass(frozen=True)
+class ContigInfo:
+    """One FASTA record: its name (first word of the header), length and source file."""
+
+    name: str
+    length: int
+    path: Path
+
+
+@dataclass
+class FileScan:
+    """What the validating scan learned about one file (cached as JSON)."""
+
+    compression: str  # "none", "gzip" or "bgzf"
+    canonical: bool  # True if pyfaidx can index the file as it is
+    records: list[tuple[str, int]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------
+# Path handling
+# ---------------------------------------------------------------------------------------
+def resolve_fasta_paths(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Expand files and folders into a list of readable FASTA files.
+
+    A folder contributes all ``*.fa, *.fasta, *.fna`` (optionally ``.gz``) files in it,
+    sorted by name, so the contig order (and hence window order) is reproducible.
+    """
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not items:
+        raise GenomeInputError(None, "no FASTA path given")
+    files: list[Path] = []
+    for item in items:
+        path = Path(item).expanduser()
+        if not path.exists():
+            raise GenomeInputError(path, "no such file or directory")
+        if not os.access(path, os.R_OK):
+            raise GenomeInputError(path, "permission denied (not readable)")
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(FASTA_SUFFIXES))
+            if not found:
+                raise GenomeInputError(path, f"folder contains no FASTA files ({', '.join(FASTA_SUFFIXES)})")
+            for p in found:
+                if not os.access(p, os.R_OK):
+                    raise GenomeInputError(p, "permission denied (not readable)")
+            files.extend(found)
+        else:
+            files.append(path)
+    return files
+
+
+def default_cache_dir(path: Path) -> Path:
+    """``.biomoe_cache/`` next to ``path`` if that folder is writable, else the user cache."""
+    parent = path.resolve().parent
+    local = parent / ".biomoe_cache"
+    if (local.is_dir() and os.access(local, os.W_OK)) or (not local.exists() and os.access(parent, os.W_OK)):
+        return local
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "biomoe"
+
+
+def _cache_key(path: Path) -> str:
+    st = path.stat()
+    ident = f"{_SCAN_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    return hashlib.sha1(ident.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------
+# Reading raw bytes
+# ---------------------------------------------------------------------------------------
+def _sniff_compression(path: Path) -> str:
+    with open(path, "rb") as fh:
+        head = fh.read(18)
+    if head[:2] == b"\x1f\x8b":
+        # BGZF = gzip member with FEXTRA flag and a 'BC' subfield (SAM/BAM spec, 4.1).
+        if len(head) >= 14 and head[3] & 4 and head[12:14] == b"BC":
+            return "bgzf"
+        return "gzip"
+    for magic, name in _OTHER_COMPRESSION.items():
+        if head.startswith(magic):
+            raise GenomeInputError(path, f"file is {name}-compressed; only plain, gzip or bgzip FASTA is supported")
+    return "none"
+
+
+def _open_bytes(path: Path, compression: str) -> BinaryIO:
+    return gzip.open(path, "rb") if compression in ("gzip", "bgzf") else open(path, "rb")  # type: ignore[return-value]
+
+
+def _iter_chunks(path: Path, compression: str) -> Iterator[bytes]:
+    """Yield decompressed chunks; a chunk never ends in the middle of ``\\r\\n``."""
+    try:
+        with _open_bytes(path, compression) as fh:
+            while True:
+                chunk = fh.read(_CHUNK)
+                if not chunk:
+                    return
+                if chunk.endswith(b"\r"):
+                    chunk += fh.read(1)
+                yield chunk
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise GenomeInputError(path, f"corrupted gzip data ({exc})") from None
+    except PermissionError:
+        raise GenomeInputError(path, "permission denied (not readable)") from None
+
+
+# ---------------------------------------------------------------------------------------
+# Validating scan
+# ---------------------------------------------------------------------------------------
+class _Scanner:
+    """Streaming FASTA validator: a small state machine fed with byte chunks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.records: list[tuple[str, int]] = []
+        self.canonical = True
+        self.seen_header = False
+        self.at_line_start = True
+        self.in_header = False
+        self.header = bytearray()
+        self.line_no = 1
+        self.name = ""
+        self.length = 0
+        self.line_len = 0  # length of the (possibly partial) current sequence line
+        self.width = 0  # first line width of the current record
+        self.short_line_seen = False
+
+    def fail(self, problem: str) -> GenomeInputError:
+        return GenomeInputError(self.path, problem)
+
+    def feed(self, chunk: bytes, first: bool) -> None:
+        if first:
+            self._check_first_chunk(chunk)
+        pieces = chunk.split(b"\n")
+        last = len(pieces) - 1
+        for i, piece in enumerate(pieces):
+            complete = i < last
+            if self.at_line_start and piece[:1] == b">":
+                self.in_header = True
+            if self.in_header:
+                self.header += piece
+                if complete:
+                    self._start_record()
+            else:
+                self._sequence_piece(piece, complete)
+            self.at_line_start = complete
+            if complete:
+                self.line_no += 1
+
+    def _check_first_chunk(self, chunk: bytes) -> None:
+        head = chunk[:4096]
+        non_text = head.translate(None, bytes(range(32, 127)) + b"\t\r\n\x0b\x0c")
+        if b"\x00" in head or len(non_text) > len(head) // 10:
+            raise self.fail("not a FASTA file (binary content)")
+        stripped = chunk.lstrip()
+        if stripped.startswith(b"@"):
+            raise self.fail("looks like FASTQ (starts with '@'); a FASTA file is needed")
+        if stripped and not stripped.startswith(b">"):
+            raise self.fail("not a FASTA file (first line does not start with '>')")
+
+    def _start_record(self) -> None:
+        self._finish_record()
+        text = bytes(self.header[1:]).rstrip(b"\r").decode("utf-8", "replace")
+        self.header.clear()
+        self.in_header = False
+        if text != text.strip() or "\r" in text:
+            self.canonical = False
+        words = text.split()
+        if not words:
+            raise self.fail(f"record header on line {self.line_no:,} has no name")
+        self.seen_header = True
+        self.name = words[0]
+        self.length = self.width = self.line_len = 0
+        self.short_line_seen = False
+
+    def _sequence_piece(self, piece: bytes, complete: bool) -> None:
+        if complete and piece.endswith(b"\r"):
+            piece = piece[:-1]
+            self.canonical = False
+        if piece:
+            if not self.seen_header:
+                raise self.fail("not a FASTA file (sequence before the first '>' header)")
+            bad = piece.translate(None, _VALID)
+            if bad:
+                idx = int(np.argmin(_VALID_LUT[np.frombuffer(piece, dtype=np.uint8)]))
+                char = chr(piece[idx])
+                shown = repr(char) if char.isprintable() else f"0x{piece[idx]:02x}"
+                raise self.fail(
+                    f"contig '{self.name}' has character {shown} outside IUPAC at position "
+                    f"{self.length + idx + 1:,} (line {self.line_no:,})"
+                )
+            self.length += len(piece)
+            self.line_len += len(piece)
+        if complete:
+            self._end_line()
+
+    def _end_line(self) -> None:
+        n = self.line_len
+        self.line_len = 0
+        if n == 0:
+            self.canonical = False  # blank line: pyfaidx rejects them
+            return
+        if self.width == 0:
+            self.width = n
+        elif self.short_line_seen or n > self.width:
+            self.canonical = False
+        if n < self.width:
+            self.short_line_seen = True
+
+    def _finish_record(self) -> None:
+        if not self.seen_header:
+            return
+        if self.length == 0:
+            raise self.fail(f"contig '{self.name}' has no sequence (length 0)")
+        self.records.append((self.name, self.length))
+
+    def close(self) -> list[tuple[str, int]]:
+        if self.in_header:  # header on the last line without a newline
+            self._start_record()
+        elif self.line_len:
+            self._end_line()
+        self._finish_record()
+        if not self.records:
+            raise self.fail("file is empty (no FASTA records)")
+        seen: set[str] = set()
+        for name, _ in self.records:
+            if name in seen:
+                raise self.fail(f"duplicate contig name '{name}'")
+            seen.add(name)
+        return self.records
+
+
+def scan_fasta(path: Path) -> FileScan:
+    """Validate one FASTA file in a single streaming pass and list its records.
+
+    Raises GenomeInputError for: empty files, binary/FASTQ/non-FASTA text, headers
+    without a name, zero-length records, duplicate names within the file, characters
+    outside the IUPAC nucleotide codes (with contig and 1-based position) and corrupted
+    gzip streams. CRLF line endings, blank lines and lowercase are accepted.
+    """
+    path = Path(path)
+    try:
+        if path.stat().st_size == 0:
+            raise GenomeInputError(path, "file is empty")
+    except PermissionError:
+        raise GenomeInputError(path, "permission denied (not readable)") from None
+    compression = _sniff_compression(path)
+    scanner = _Scanner(path)
+    first = True
+    for chunk in _iter_chunks(path, compression):
+        scanner.feed(chunk, first)
+        first = False
+    if first:
+        raise GenomeInputError(path, "file is empty (no data after decompression)")
+    records = scanner.close()
+    return FileScan(compression=compression, canonical=scanner.canonical and compression != "gzip", records=records)
+
+
+def _write_normalised(src: Path, compression: str, dest: Path) -> None:
+    """Rewrite ``src`` as plain FASTA (LF endings, 80 bases per line), atomically."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            buf = bytearray()
+            carry = b""
+            for chunk in _iter_chunks(src, compression):
+                lines = (carry + chunk).split(b"\n")
+                carry = lines.pop()
+                for line in lines:
+                    _emit_line(line, buf, out)
+            if carry:
+                _emit_line(carry, buf, out)
+            if buf:
+                out.write(bytes(buf) + b"\n")
+        os.replace(tmp_name, dest)
+    except BaseException:
+        with _suppress_os_error():
+            os.unlink(tmp_name)
+        raise
+
+
+def _emit_line(line: bytes, buf: bytearray, out: BinaryIO) -> None:
+    line = line.rstrip(b"\r")
+    if line.startswith(b">"):
+        if buf:
+            out.write(bytes(buf) + b"\n")
+            buf.clear()
+        out.write(line.strip() + b"\n")
+        return
+    buf += line.strip()
+    full = len(buf) - len(buf) % _WRAP
+    if full:
+        view = bytes(buf[:full])
+        out.write(b"".join(view[i : i + _WRAP] + b"\n" for i in range(0, full, _WRAP)))
+        del buf[:full]
+
+
+class _suppress_os_error:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+        return exc_type is not None and issubclass(exc_type, OSError)  # type: ignore[arg-type]
+
+
+def _atomic_write_text(dest: Path, text: str) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp_name, dest)
+
+
+# ---------------------------------------------------------------------------------------
+# Per-file preparation: scan (cached), normalise (cached), index
+# ---------------------------------------------------------------------------------------
+@dataclass
+class _PreparedFile:
+    source: Path  # the user's file (named in errors and ContigInfo)
+    readable: Path  # what pyfaidx opens: the source or the normalised cache copy
+    fai: Path
+    gzi: Path | None
+    records: list[tuple[str, int]]
+
+
+def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(path)
+    key = _cache_key(path)
+    stem = f"{path.name}.{key}"
+    scan_json = cache / f"{stem}.scan.json"
+    scan = _load_scan(scan_json)
+    if scan is None:
+        scan = scan_fasta(path)
+        try:
+            payload = {"compression": scan.compression, "canonical": scan.canonical, "records": scan.records}
+            _atomic_write_text(scan_json, json.dumps(payload))
+        except OSError as exc:
+            warnings.warn(f"{path}: cannot write scan cache to {cache} ({exc}); will rescan next time", stacklevel=3)
+
+    if scan.canonical:
+        readable = path
+        beside = Path(str(path) + ".fai")
+        fai = beside if beside.exists() else cache / f"{stem}.fai"
+        gzi: Path | None = None
+        if scan.compression == "bgzf":
+            beside_gzi = Path(str(path) + ".gzi")
+            gzi = beside_gzi if beside_gzi.exists() and beside.exists() else cache / f"{stem}.gzi"
+    else:
+        readable = cache / f"{stem}.fa"
+        if not readable.exists():
+            try:
+                _write_normalised(path, scan.compression, readable)
+            except OSError as exc:
+                raise GenomeInputError(path, f"needs a normalised copy but cache dir {cache} is not writable ({exc})") from None
+        fai = Path(str(readable) + ".fai")
+        gzi = None
+    prepared = _PreparedFile(path, readable, fai, gzi, scan.records)
+    _ensure_index(prepared)
+    return prepared
+
+
+def _load_scan(scan_json: Path) -> FileScan | None:
+    try:
+        data = json.loads(scan_json.read_text())
+        return FileScan(data["compression"], bool(data["canonical"]), [(str(n), int(l)) for n, l in data["records"]])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _read_fai_lengths(fai: Path) -> dict[str, int] | None:
+    try:
+        lengths: dict[str, int] = {}
+        for line in fai.read_text().splitlines():
+            if line.strip():
+                cols = line.split("\t")
+                lengths[cols[0]] = int(cols[1])
+        return lengths
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def _ensure_index(prep: _PreparedFile) -> None:
+    """Make sure ``prep.fai`` (and ``.gzi``) exist and agree with the scanned lengths."""
+    expected = dict(prep.records)
+    if prep.fai.exists():
+        fresh = prep.fai.stat().st_mtime_ns >= prep.readable.stat().st_mtime_ns
+        matches = _read_fai_lengths(prep.fai) == expected
+        gzi_ok = prep.gzi is None or prep.gzi.exists()
+        if matches and gzi_ok and (fresh or not os.access(prep.fai.parent, os.W_OK)):
+            return
+        if not os.access(prep.fai.parent, os.W_OK):
+            raise GenomeInputError(
+                prep.source, f"index {prep.fai} does not match the FASTA and cannot be rebuilt (folder not writable)"
+            )
+    _build_index(prep)
+    if _read_fai_lengths(prep.fai) != expected:
+        raise GenomeInputError(prep.source, f"pyfaidx index {prep.fai} disagrees with the file contents")
+
+
+def _build_index(prep: _PreparedFile) -> None:
+    """Build the pyfaidx index into temporary names, then rename them into place.
+
+    Atomic so that several processes (e.g. DDP ranks) opening the same genome never
+    read a half-written index.
+    """
+    import pyfaidx
+
+    prep.fai.parent.mkdir(parents=True, exist_ok=True)
+    tag = f".{os.getpid()}.tmp"
+    tmp_fai = Path(str(prep.fai) + tag)
+    tmp_gzi = Path(str(prep.gzi) + tag) if prep.gzi is not None else None
+    kwargs: dict[str, object] = {"indexname": str(tmp_fai), "rebuild": True, "build_index": True}
+    if tmp_gzi is not None:
+        kwargs["gzi_indexname"] = str(tmp_gzi)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fa = pyfaidx.Fasta(str(prep.readable), **kwargs)  # type: ignore[arg-type]
+        fa.close()
+        if tmp_gzi is not None and prep.gzi is not None:
+            os.replace(tmp_gzi, prep.gzi)
+        os.replace(tmp_fai, prep.fai)
+    except OSError as exc:
+        raise GenomeInputError(prep.source, f"cannot write index {prep.fai} ({exc})") from None
+    except Exception as exc:  # pyfaidx.FastaIndexingError and friends
+        raise GenomeInputError(prep.source, f"pyfaidx cannot index the file ({exc})") from None
+    finally:
+        for tmp in (tmp_fai, tmp_gzi):
+            if tmp is not None:
+                with _suppress_os_error():
+                    tmp.unlink()
+
+
+# ---------------------------------------------------------------------------------------
+# Genome
+# ---------------------------------------------------------------------------------------
+class Genome:
+    """A set of FASTA files viewed as one genome: named contigs with random access.
+
+    ``Genome(paths, cache_dir=None)`` accepts a file, a folder (all FASTA files in it,
+    sorted) or a list of both; files may be plain, gzip or bgzip. Opening validates
+    every file (cached per path+size+mtime, see module docstring) and raises
+    :class:`GenomeInputError` for any problem, including contig names repeated across
+    files. Plain gzip files are decompressed once into the cache directory, because
+    pyfaidx can only seek in bgzip files.
+    """
+
+    def __init__(
+        self,
+        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.paths = resolve_fasta_paths(paths)
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
+        self._files = [_prepare_file(p, self.cache_dir) for p in self.paths]
+        self.contigs: list[ContigInfo] = []
+        self._file_of: dict[str, int] = {}
+        owner: dict[str, Path] = {}
+        for file_index, prep in enumerate(self._files):
+            for name, length in prep.records:
+                if name in owner:
+                    raise GenomeInputError(prep.source, f"duplicate contig name '{name}' (also in {owner[name]})")
+                owner[name] = prep.source
+                self._file_of[name] = file_index
+                self.contigs.append(ContigInfo(name, length, prep.source))
+        self._index_of = {c.name: i for i, c in enumerate(self.contigs)}
+        self._handles: dict[int, object] = {}
+        self._pid = os.getpid()
+
+    # -- metadata ---------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.contigs]
+
+    @property
+    def total_length(self) -> int:
+        return sum(c.length for c in self.contigs)
+
+    def __len__(self) -> int:
+        """Total number of bases over all contigs."""
+        return self.total_length
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index_of
+
+    def contig(self, key: str | int) -> ContigInfo:
+        """ContigInfo by name or by index into :attr:`contigs`."""
+        if isinstance(key, str):
+            if key not in self._index_of:
+                raise KeyError(f"unknown contig '{key}'")
+            return self.contigs[self._index_of[key]]
+        return self.contigs[key]
+
+    def index_of(self, name: str) -> int:
+        return self._index_of[name]
+
+    # -- sequence access --------------------------------------------------------------
+    def fetch(self, contig: str | int, start: int, end: int) -> str:
+        """Bases ``[start, end)`` (0-based, half-open) of a contig, case preserved."""
+        info = self.contig(contig)
+        if not 0 <= start <= end <= info.length:
+            raise IndexError(f"region {info.name}:{start}-{end} outside 0..{info.length}")
+        if start == end:
+            return ""
+        fasta = self._handle(self._file_of[info.name])
+        return str(fasta[info.name][start:end])  # type: ignore[index]
+
+    def _handle(self, file_index: int) -> object:
+        """pyfaidx handle for this process; reopened after fork so offsets aren't shared."""
+        if self._pid != os.getpid():
+            self._handles = {}
+            self._pid = os.getpid()
+        handle = self._handles.get(file_index)
+        if handle is None:
+            import pyfaidx
+
+            prep = self._files[file_index]
+            kwargs: dict[str, object] = {
+                "indexname": str(prep.fai),
+                "as_raw": True,
+                "sequence_always_upper": False,
+                "rebuild": False,
+                "build_index": False,
+            }
+            if prep.gzi is not None:
+                kwargs["gzi_indexname"] = str(prep.gzi)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # stale-mtime warning; lengths were checked
+                handle = pyfaidx.Fasta(str(prep.readable), **kwargs)  # type: ignore[arg-type]
+            self._handles[file_index] = handle
+        return handle
+
+    def close(self) -> None:
+        """Close file handles (they are reopened on the next fetch)."""
+        for handle in self._handles.values():
+            handle.close()  # type: ignore[attr-defined]
+        self._handles = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        state["_handles"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._pid = os.getpid()
+
+    def __repr__(self) -> str:
+        return f"Genome({len(self.contigs)} contigs, {self.total_length:,} bp from {len(self.paths)} file(s))"

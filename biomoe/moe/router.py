@@ -1,0 +1,155 @@
+"""Top-k token routers.
+
+The router decides, for every token, which ``top_k`` experts see it and with what weight, and
+computes the two regularisers that keep routing healthy: the Switch load-balancing loss and the
+router z-loss. Router math runs in fp32 whatever the surrounding precision, because small logit
+differences decide expert choice and bf16 rounding makes routing noisy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class RoutingResult:
+    """What every router returns; dispatchers and the MoE layer depend only on this."""
+
+    expert_indices: Tensor  # [tokens, k] int64
+    expert_weights: Tensor  # [tokens, k] fp32, renormalised to sum to 1 per token
+    tokens_per_expert: Tensor  # [experts] int64 (local counts; EP reduces them for statistics)
+    router_probs: Tensor  # [tokens, experts] fp32 softmax over all experts (for aux loss / stats)
+    aux_loss: Tensor  # scalar
+    z_loss: Tensor  # scalar
+
+
+def load_balancing_loss(router_probs: Tensor, tokens_per_expert: Tensor, top_k: int) -> Tensor:
+    """Switch-Transformer loss ``E · Σ_i f_i · P_i``.
+
+    ``f_i`` is the fraction of routed (token, slot) assignments sent to expert i (so Σ f_i = 1) and
+    ``P_i`` the mean router probability of expert i. It equals 1 for perfectly uniform routing
+    and grows to E when one expert takes everything. ``f`` carries no gradient (it comes from a
+    top-k); the gradient flows through ``P``.
+    """
+    num_tokens, num_experts = router_probs.shape
+    if num_tokens == 0:
+        return router_probs.sum() * 0.0
+    f = tokens_per_expert.to(router_probs.dtype) / (num_tokens * top_k)
+    p = router_probs.mean(dim=0)
+    return num_experts * torch.sum(f * p)
+
+
+def router_z_loss(logits: Tensor) -> Tensor:
+    """ST-MoE z-loss: mean over tokens of ``logsumexp(logits)²``; keeps router logits small."""
+    if logits.shape[0] == 0:
+        return logits.sum() * 0.0
+    return torch.logsumexp(logits, dim=-1).square().mean()
+
+
+class TopKRouter(nn.Module):
+    """Mixtral-style router: linear → softmax → top-k → renormalise over the chosen k.
+
+    With ``bias_update_rate > 0`` it also keeps a DeepSeek-V3 style expert bias: added to the
+    scores for *selection only* (the weights still come from the unbiased softmax), and moved
+    outside autograd by :meth:`update_bias` after each optimizer step, pushing under-loaded experts
+    up and over-loaded ones down. That balances load without a gradient-distorting loss.
+    """
+
+    def __init__(self, hidden_size: int, num_experts: int, top_k: int,
+                 bias_update_rate: float = 0.0) -> None:
+        super().__init__()
+        self.num_experts = num_experts
+        self.top_k = top_k
+        self.bias_update_rate = bias_update_rate
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False)
+        # Persistent: the bias is training state and must survive checkpoint/resume exactly.
+        self.register_buffer("expert_bias", torch.zeros(num_experts, dtype=torch.float32))
+        # Non-persistent running statistics read by logging and the bias update.
+        self.register_buffer("load_counts", torch.zeros(num_experts, dtype=torch.float32),
+                             persistent=False)
+        self.register_buffer("prob_sums", torch.zeros(num_experts, dtype=torch.float32),
+                             persistent=False)
+        self.register_buffer("routed_tokens", torch.zeros((), dtype=torch.float32),
+                             persistent=False)
+        self.stats_reducer = None
+        """Optional callable(Tensor) -> Tensor that sums statistics over a process group.
+
+        ``None`` means local statistics. The expert-parallel strategy installs an all-reduce over
+        the group the config names (see README: global vs local load balancing)."""
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return F.linear(hidden.float(), self.gate.weight.float())
+
+    def select(self, probs: Tensor) -> tuple[Tensor, Tensor]:
+        """Pick top-k experts (optionally bias-adjusted) and renormalise their unbiased probs."""
+        if self.bias_update_rate > 0:
+            _, indices = torch.topk(probs + self.expert_bias, self.top_k, dim=-1)
+            weights = probs.gather(-1, indices)
+        else:
+            weights, indices = torch.topk(probs, self.top_k, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-20)
+        return indices, weights
+
+    def forward(self, hidden: Tensor) -> RoutingResult:
+        logits = self.logits(hidden.reshape(-1, hidden.shape[-1]))
+        probs = torch.softmax(logits, dim=-1)
+        indices, weights = self.select(probs)
+        counts = torch.bincount(indices.reshape(-1), minlength=self.num_experts)
+        stats_counts, stats_probs, stats_tokens = self._global_stats(counts, probs)
+        aux = self._aux_loss(stats_probs, stats_counts, stats_tokens)
+        z = router_z_loss(logits)
+        self._accumulate(stats_counts, stats_probs, stats_tokens)
+        return RoutingResult(indices, weights, counts, probs, aux, z)
+
+    def _global_stats(self, counts: Tensor, probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        tokens = torch.tensor(float(probs.shape[0]), device=probs.device)
+        counts = counts.float()
+        if self.stats_reducer is None:
+            return counts, probs.sum(0), tokens
+        packed = torch.cat([counts, probs.detach().sum(0), tokens.view(1)])
+        reduced = self.stats_reducer(packed)
+        e = self.num_experts
+        # Gradient flows through the local prob sum; the remote part enters as a constant.
+        prob_sums = probs.sum(0) + (reduced[e:2 * e] - probs.detach().sum(0))
+        return reduced[:e], prob_sums, reduced[2 * e]
+
+    def _aux_loss(self, prob_sums: Tensor, counts: Tensor, tokens: Tensor) -> Tensor:
+        """Same formula as :func:`load_balancing_loss`, on (possibly globally reduced) sums.
+
+        No host sync: zero tokens give zero counts and sums, hence a zero loss."""
+        denom = tokens.clamp_min(1.0)
+        f = counts / (denom * self.top_k)
+        p = prob_sums / denom
+        return self.num_experts * torch.sum(f * p)
+
+    @torch.no_grad()
+    def _accumulate(self, counts: Tensor, prob_sums: Tensor, tokens: Tensor) -> None:
+        if not self.training:
+            return
+        self.load_counts += counts.detach()
+        self.prob_sums += prob_sums.detach()
+        self.routed_tokens += tokens.detach()
+
+    @torch.no_grad()
+    def reset_stats(self) -> None:
+        self.load_counts.zero_()
+        self.prob_sums.zero_()
+        self.routed_tokens.zero_()
+
+    @torch.no_grad()
+    def load_fraction(self) -> Tensor:
+        """Fraction of routed assignments per expert since the last reset (sums to 1)."""
+        total = self.load_counts.sum().clamp_min(1.0)
+        return self.load_counts / total
+
+    @torch.no_grad()
+    def update_bias(self) -> None:
+        """Aux-loss-free balancing step: ``b_i += rate · sign(mean_load − load_i)``."""
+        if self.bias_update_rate <= 0 or self.load_counts.sum() == 0:
+            return
+        error = self.load_counts.mean() - self.load_counts
+        self.expert_bias += self.bias_update_rate * torch.sign(error)

@@ -1,0 +1,49 @@
+"""Training-curve plots from Lightning's CSV metrics (people would rather look than read)."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+
+def read_metrics(csv_path: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """metrics.csv → {metric: [(step, value), ...]} skipping empty cells."""
+    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    with open(csv_path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            step = int(float(row.get("step") or 0))
+            for key, value in row.items():
+                if key in ("step", "epoch") or value in ("", None):
+                    continue
+                series[key].append((step, float(value)))
+    return dict(series)
+
+
+def plot_training_curves(csv_path: str | Path, out_path: str | Path | None = None) -> Path | None:
+    """Plot train/val bits per base and throughput; returns the PNG path (None without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    series = read_metrics(csv_path)
+    out_path = Path(out_path) if out_path else Path(csv_path).with_name("training_curves.png")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for key, label in (("train/bits_per_base", "train"), ("val/bits_per_base", "validation")):
+        if key in series:
+            steps, values = zip(*series[key])
+            axes[0].plot(steps, values, label=label, marker="o" if label == "validation" else None)
+    axes[0].axhline(2.0, color="grey", linestyle=":", label="uniform (2 bits)")
+    axes[0].set(xlabel="step", ylabel="bits per base", title="Loss")
+    axes[0].legend()
+    if "train/tokens_per_s" in series:
+        steps, values = zip(*series["train/tokens_per_s"])
+        axes[1].plot(steps, values)
+    axes[1].set(xlabel="step", ylabel="tokens / s", title="Throughput")
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return out_path

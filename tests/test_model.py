@@ -1,0 +1,71 @@
+"""Whole-model behaviour: shapes, causality, checkpoints that move between backends, configs."""
+
+import pytest
+import torch
+
+from biomoe import ConfigError, ModelConfig, MoETransformer
+from biomoe.losses import masked_cross_entropy
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    base = dict(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                num_experts=4, top_k=2, ffn_hidden_size=32)
+    base.update(overrides)
+    return ModelConfig(**base)
+
+
+def test_forward_shapes_and_finite():
+    model = MoETransformer(tiny_config())
+    out = model(torch.randint(0, 64, (2, 20)))
+    assert out.logits.shape == (2, 20, 64)
+    assert torch.isfinite(out.logits).all() and out.aux_loss > 0 and out.z_loss > 0
+
+
+def test_causal_future_tokens_do_not_change_past_logits():
+    torch.manual_seed(0)
+    model = MoETransformer(tiny_config()).eval()
+    ids = torch.randint(4, 9, (1, 24))
+    changed = ids.clone()
+    changed[0, 15:] = (changed[0, 15:] - 4 + 1) % 5 + 4
+    a, b = model(ids).logits, model(changed).logits
+    torch.testing.assert_close(a[:, :15], b[:, :15], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(a[:, 15:], b[:, 15:])
+
+
+def test_checkpoint_moves_between_backends_with_same_loss(tmp_path):
+    torch.manual_seed(0)
+    ids = torch.randint(4, 8, (2, 32))
+    labels, mask = ids.roll(-1, dims=1), torch.ones(2, 32, dtype=torch.bool)
+    source = MoETransformer(tiny_config(expert_backend="loop"))
+    path = tmp_path / "model.pt"
+    torch.save(source.state_dict(), path)
+    loss_source = masked_cross_entropy(source(ids).logits, labels, mask)
+    for backend in ("grouped", "loop"):
+        target = MoETransformer(tiny_config(expert_backend=backend))
+        target.load_state_dict(torch.load(path))
+        loss = masked_cross_entropy(target(ids).logits, labels, mask)
+        torch.testing.assert_close(loss, loss_source, rtol=1e-5, atol=1e-6)
+    keys = set(source.state_dict())
+    assert "blocks.0.mlp.experts.gate_up_proj" in keys and "blocks.0.mlp.experts.down_proj" in keys
+    assert source.state_dict()["blocks.0.mlp.experts.gate_up_proj"].shape == (4, 64, 32)
+
+
+def test_dense_layers_and_active_params():
+    cfg = tiny_config(moe_layers=[1])
+    model = MoETransformer(cfg)
+    assert not model.blocks[0].is_moe and model.blocks[1].is_moe
+    assert model(torch.randint(0, 64, (1, 8))).logits.shape == (1, 8, 64)
+    assert cfg.active_params_per_token() > 0
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (dict(top_k=5), "top_k"),
+    (dict(hidden_size=30), "not divisible"),
+    (dict(num_kv_heads=3), "num_kv_heads"),
+    (dict(expert_backend="magic"), "unknown"),
+    (dict(moe_layers=[7]), "moe_layers"),
+])
+def test_invalid_configs_fail_with_one_line(overrides, fragment):
+    with pytest.raises(ConfigError, match=fragment) as info:
+        tiny_config(**overrides)
+    assert "\n" not in str(info.value)
