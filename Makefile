@@ -31,3 +31,10 @@ data:
 
 clean:
 	rm -rf runs lightning_logs .pytest_cache
+
+# GPU targets run with whatever python has torch+CUDA (the venv if present, else python3).
+RUNPY := $(shell test -x $(PY) && echo $(PY) || echo python3)
+BENCH_ARGS ?= --sweep
+
+bench:
+	$(RUNPY) -m biomoe.bench --out results/bench $(BENCH_ARGS)

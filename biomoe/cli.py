@@ -26,6 +26,11 @@ EXTRA_COMMANDS: dict[str, str] = {}
 class BioMoECLI(LightningCLI):
     """LightningCLI that reports where results went after ``fit`` and checks vocab sizes."""
 
+    def instantiate_trainer(self, **kwargs):
+        trainer = super().instantiate_trainer(**kwargs)
+        install_atomic_checkpoint_io(trainer)
+        return trainer
+
     def before_fit(self) -> None:
         self._check_vocab()
 
@@ -61,11 +66,26 @@ class BioMoECLI(LightningCLI):
             print(f"validation bits/base: {float(val):.4f}")
 
 
+def install_atomic_checkpoint_io(trainer) -> None:
+    """Make single-file checkpoints atomic unless the user chose their own CheckpointIO.
+
+    Strategies that write distributed checkpoints (directories via torch.distributed.checkpoint)
+    keep their own writer.
+    """
+    from lightning.pytorch.plugins.io import TorchCheckpointIO
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    strategy = trainer.strategy
+    if isinstance(strategy, ModelParallelStrategy):
+        return
+    if type(strategy.checkpoint_io) is TorchCheckpointIO:
+        strategy.checkpoint_io = AtomicCheckpointIO()
+
+
 def run_lightning_cli(args: list[str] | None = None) -> BioMoECLI:
     return BioMoECLI(
         BioMoEModule,
         GenomeDataModule,
-        trainer_defaults={"plugins": [AtomicCheckpointIO()]},
         save_config_kwargs={"overwrite": True},
         args=args,
     )

@@ -64,6 +64,7 @@ FASTA_SUFFIXES: tuple[str, ...] = (".fa", ".fasta", ".fna", ".fa.gz", ".fasta.gz
 _SCAN_VERSION = 1  # bump when the scan cache format or the normalisation changes
 _CHUNK = 1 << 20
 _WRAP = 80
+_CACHE_FILE_MODE = 0o644  # mkstemp creates 0600; cached copies are as public as the source
 _IUPAC = b"ACGTNRYSWKMBDHV"
 _VALID = _IUPAC + _IUPAC.lower()
 _VALID_LUT = np.zeros(256, dtype=bool)
@@ -344,6 +345,7 @@ def _write_normalised(src: Path, compression: str, dest: Path) -> None:
                 _emit_line(carry, buf, out)
             if buf:
                 out.write(bytes(buf) + b"\n")
+        os.chmod(tmp_name, _CACHE_FILE_MODE)
         os.replace(tmp_name, dest)
     except BaseException:
         with _suppress_os_error():
@@ -380,6 +382,7 @@ def _atomic_write_text(dest: Path, text: str) -> None:
     fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
+    os.chmod(tmp_name, _CACHE_FILE_MODE)
     os.replace(tmp_name, dest)
 
 

@@ -1,0 +1,1 @@
+"""Throughput and memory benchmark of biomoe against Hugging Face Mixtral (``make bench``)."""

@@ -1,0 +1,5 @@
+import sys
+
+from biomoe.bench.run import main
+
+sys.exit(main())

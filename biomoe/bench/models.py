@@ -1,0 +1,90 @@
+"""Build the contenders: transformers' MixtralForCausalLM and biomoe's MoETransformer."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, ContextManager
+
+import torch
+import torch.nn.functional as F
+
+from biomoe.bench.shapes import BenchShape
+from biomoe.config import ModelConfig
+from biomoe.losses import masked_cross_entropy
+from biomoe.model import MoETransformer
+
+
+@dataclass
+class Contender:
+    """A model plus a function computing its training loss on (input_ids, labels)."""
+
+    name: str
+    model: torch.nn.Module
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    fused_adam: bool
+
+
+def build_hf(shape: BenchShape, experts_impl: str, device: torch.device) -> Contender:
+    """HF Mixtral in bf16 with the given experts implementation ("grouped_mm" default, "eager")."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(
+        vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn,
+        num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads, num_local_experts=shape.experts,
+        num_experts_per_tok=shape.top_k, max_position_embeddings=max(shape.seq, 4096),
+        tie_word_embeddings=False, output_router_logits=False,
+        attn_implementation="sdpa", experts_implementation=experts_impl)
+    with torch.device(device):
+        model = MixtralForCausalLM(config).to(torch.bfloat16)
+    model.config.use_cache = False
+
+    def loss_fn(ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = model(input_ids=ids, use_cache=False).logits
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+    label = "hf-default(grouped_mm)" if experts_impl == "grouped_mm" else f"hf-{experts_impl}"
+    return Contender(label, model, loss_fn, fused_adam=False)
+
+
+def biomoe_config(shape: BenchShape, backend: str, precision: str = "bf16") -> ModelConfig:
+    kwargs = dict(vocab_size=shape.vocab, hidden_size=shape.hidden, num_layers=shape.layers,
+                  num_heads=shape.heads, num_kv_heads=shape.kv_heads, num_experts=shape.experts,
+                  top_k=shape.top_k, ffn_hidden_size=shape.ffn, expert_backend=backend)
+    if "precision" in ModelConfig.__dataclass_fields__:
+        kwargs["precision"] = precision
+    elif precision != "bf16":
+        raise RuntimeError("this biomoe build has no precision setting (TE path missing)")
+    return ModelConfig(**kwargs)
+
+
+def precision_context(precision: str, config: ModelConfig) -> Callable[[], ContextManager]:
+    """The forward-only precision context biomoe's LightningModule uses (TE autocast for FP8)."""
+    if precision == "bf16":
+        return contextlib.nullcontext
+    from biomoe.te.precision import forward_context  # imported only when FP8 is asked for
+
+    return lambda: forward_context(config)
+
+
+def build_biomoe(shape: BenchShape, backend: str, precision: str, device: torch.device,
+                 activation_checkpointing: bool = False) -> Contender:
+    config = biomoe_config(shape, backend, precision)
+    with torch.device(device):
+        model = MoETransformer(config).to(torch.bfloat16)
+    if activation_checkpointing:
+        from biomoe.activation_checkpointing import apply_activation_checkpointing
+
+        apply_activation_checkpointing(model)
+    context = precision_context(precision, config)
+    coefs = (config.aux_loss_coef, config.z_loss_coef)
+
+    def loss_fn(ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        with context():
+            out = model(ids)
+        mask = torch.ones_like(labels, dtype=torch.bool)
+        return masked_cross_entropy(out.logits, labels, mask) + coefs[0] * out.aux_loss + coefs[1] * out.z_loss
+
+    suffix = "+ac" if activation_checkpointing else ""
+    return Contender(f"biomoe-{backend}-{precision}{suffix}", model, loss_fn, fused_adam=True)

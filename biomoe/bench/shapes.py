@@ -1,0 +1,53 @@
+"""Benchmark shapes: the same numbers build the HF baseline and biomoe, so they are comparable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BenchShape:
+    name: str
+    hidden: int
+    ffn: int
+    layers: int
+    heads: int
+    kv_heads: int
+    experts: int
+    top_k: int
+    seq: int
+    micro_batch: int
+    vocab: int = 64  # nucleotide vocabulary padded to a multiple of 64
+
+    def with_seq(self, seq: int, micro_batch: int = 1) -> "BenchShape":
+        return BenchShape(self.name, self.hidden, self.ffn, self.layers, self.heads, self.kv_heads,
+                          self.experts, self.top_k, seq, micro_batch, self.vocab)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq * self.micro_batch
+
+    def active_params(self) -> int:
+        """Parameters used per token (embedding lookup excluded; router and LM head included)."""
+        head_dim = self.hidden // self.heads
+        attn = 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_heads * head_dim
+        moe = self.top_k * 3 * self.hidden * self.ffn + self.hidden * self.experts
+        return self.layers * (attn + moe) + self.hidden * self.vocab
+
+    def flops_per_step(self) -> float:
+        """6·N_active·tokens (fwd+bwd matmuls) + 6·L·hidden·T·tokens (causal attention, fwd+bwd)."""
+        tokens = self.tokens_per_step
+        return 6.0 * self.active_params() * tokens + 6.0 * self.layers * self.hidden * self.seq * tokens
+
+    FLOP_FORMULA = ("FLOPs/step = 6·N_active·tokens + 6·layers·hidden·seq·tokens "
+                    "(matmuls fwd+bwd; causal attention scores and values fwd+bwd)")
+
+
+SHAPES = {
+    "mixtral-2layer": BenchShape("mixtral-2layer", hidden=4096, ffn=14336, layers=2, heads=32,
+                                 kv_heads=8, experts=8, top_k=2, seq=4096, micro_batch=1),
+    "dna-small": BenchShape("dna-small", hidden=1024, ffn=2816, layers=8, heads=16, kv_heads=4,
+                            experts=8, top_k=2, seq=8192, micro_batch=2),
+    "tiny": BenchShape("tiny", hidden=64, ffn=128, layers=2, heads=4, kv_heads=2, experts=4,
+                       top_k=2, seq=128, micro_batch=2),
+}

@@ -1,0 +1,69 @@
+"""Train-step timing with CUDA events after warm-up, medians over steps, peak memory."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+from dataclasses import asdict, dataclass
+
+import torch
+
+from biomoe.bench.models import Contender
+from biomoe.bench.shapes import BenchShape
+
+PEAK_BF16_TFLOPS = 790.0  # dense bf16 matmul rate measured on the H200 used for these runs
+
+
+@dataclass
+class StepStats:
+    variant: str
+    shape: str
+    seq: int
+    micro_batch: int
+    steps: int
+    median_ms: float
+    tokens_per_s: float
+    tflops: float
+    mfu: float
+    peak_mem_gb: float
+    final_loss: float
+    status: str = "ok"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def free_memory() -> None:
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+
+
+def time_training(contender: Contender, shape: BenchShape, ids: torch.Tensor, labels: torch.Tensor,
+                  warmup: int, steps: int, lr: float = 1e-4) -> StepStats:
+    """Full training steps (forward, backward, AdamW step, zero_grad), each bracketed by CUDA events."""
+    params = [p for p in contender.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, fused=contender.fused_adam or None)
+    times: list[float] = []
+    loss_value = float("nan")
+    for step in range(warmup + steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss = contender.loss_fn(ids, labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        end.record()
+        if step >= warmup:
+            times.append((start, end))
+        if step == warmup + steps - 1:
+            loss_value = float(loss.detach())
+    torch.cuda.synchronize()
+    elapsed = [s.elapsed_time(e) for s, e in times]
+    median_ms = statistics.median(elapsed)
+    tokens_per_s = shape.tokens_per_step / (median_ms / 1e3)
+    tflops = shape.flops_per_step() / (median_ms / 1e3) / 1e12
+    del optimizer
+    return StepStats(contender.name, shape.name, shape.seq, shape.micro_batch, steps, median_ms,
+                     tokens_per_s, tflops, tflops / PEAK_BF16_TFLOPS,
+                     torch.cuda.max_memory_allocated() / 2**30, loss_value)

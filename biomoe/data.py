@@ -1,0 +1,387 @@
+"""Windows over a genome for next-base prediction, and the Lightning DataModule.
+
+A training example is a fixed-length window of the genome. Windows are described
+by a small table (contig index, start) built once in ``setup()``; sequence is read
+lazily through pyfaidx in ``__getitem__``, so memory stays flat for any genome size
+and DataLoader workers each open their own file handles.
+
+Splits never share a base: either whole contigs are held out (``val_contigs``) or the
+last ``val_fraction`` of every contig is, with train windows ending before the cut
+and validation windows starting after it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from biomoe.errors import GenomeInputError
+from biomoe.fasta import Genome
+from biomoe.tokenizer import BOS_ID, NucleotideTokenizer
+
+__all__ = ["Region", "GenomeWindowDataset", "GenomeDataModule", "split_regions"]
+
+Region = tuple[int, int, int]
+"""(contig index, start, end): a half-open stretch of one contig that windows must lie in."""
+
+_SCAN_BLOCK = 8_000_000  # bases read at once when counting ambiguous bases
+
+
+def _genome_label(genome: Genome) -> str:
+    return ", ".join(str(p) for p in genome.paths)
+
+
+class GenomeWindowDataset(Dataset):
+    """Fixed-length windows of a :class:`Genome` as next-token-prediction examples.
+
+    Each item is a dict of tensors, all of length ``seq_length``:
+
+    * ``labels``: the window's token ids (one per base);
+    * ``input_ids``: ``[BOS] + labels[:-1]``, so position t predicts base t from bases < t
+      and every base of the window is a target;
+    * ``loss_mask``: True where the label is A/C/G/T. N, IUPAC codes and UNK are not
+      scored: they describe the assembly's uncertainty, not the genome.
+
+    Windows start every ``stride`` bases inside each region; a window with more than
+    ``max_n_fraction`` non-ACGT bases is dropped (gaps of N in assemblies would otherwise
+    become a trivially predictable, useless signal). Contigs shorter than ``seq_length``
+    are skipped with a warning; an empty table raises :class:`GenomeInputError`.
+
+    With ``rc_prob > 0`` a window is reverse-complemented with that probability, decided
+    by ``np.random.default_rng((seed, epoch, index))``: the same seed and epoch always
+    give the same flips regardless of worker count or sampling order. The epoch lives in
+    a shared-memory tensor, so :meth:`set_epoch` in the main process also reaches
+    persistent DataLoader workers.
+    """
+
+    def __init__(
+        self,
+        genome: Genome,
+        seq_length: int,
+        stride: int | None = None,
+        max_n_fraction: float = 0.1,
+        regions: Sequence[Region] | None = None,
+        rc_prob: float = 0.0,
+        seed: int = 0,
+        tokenizer: NucleotideTokenizer | None = None,
+        max_windows: int | None = None,
+        split: str = "train",
+    ) -> None:
+        if seq_length < 1:
+            raise ValueError(f"seq_length must be >= 1, got {seq_length}")
+        stride = seq_length if stride is None else stride
+        if stride < 1:
+            raise ValueError(f"stride must be >= 1, got {stride}")
+        if not 0.0 <= max_n_fraction <= 1.0:
+            raise ValueError(f"max_n_fraction must be in [0, 1], got {max_n_fraction}")
+        if not 0.0 <= rc_prob <= 1.0:
+            raise ValueError(f"rc_prob must be in [0, 1], got {rc_prob}")
+        self.genome = genome
+        self.seq_length = int(seq_length)
+        self.stride = int(stride)
+        self.max_n_fraction = float(max_n_fraction)
+        self.rc_prob = float(rc_prob)
+        self.seed = int(seed)
+        self.split = split
+        self.tokenizer = tokenizer or NucleotideTokenizer()
+        if regions is None:
+            regions = [(i, 0, c.length) for i, c in enumerate(genome.contigs)]
+        self.contig_index, self.starts = self._build_table(regions)
+        if max_windows is not None and len(self.starts) > max_windows:
+            keep = np.sort(np.random.default_rng(self.seed).choice(len(self.starts), max_windows, replace=False))
+            self.contig_index, self.starts = self.contig_index[keep], self.starts[keep]
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._epochs_started = 0
+        self.epoch_source: Callable[[], int | None] | None = None
+
+    # -- window table -----------------------------------------------------------------
+    def _build_table(self, regions: Sequence[Region]) -> tuple[np.ndarray, np.ndarray]:
+        seq_len = self.seq_length
+        contig_parts: list[np.ndarray] = []
+        start_parts: list[np.ndarray] = []
+        short: list[str] = []
+        candidates = 0
+        for contig, lo, hi in regions:
+            info = self.genome.contigs[contig]
+            if info.length < seq_len:
+                short.append(info.name)
+                continue
+            starts = np.arange(lo, hi - seq_len + 1, self.stride, dtype=np.int64)
+            if starts.size == 0:
+                continue
+            candidates += starts.size
+            keep = self._few_ambiguous(contig, starts)
+            start_parts.append(starts[keep])
+            contig_parts.append(np.full(int(keep.sum()), contig, dtype=np.int64))
+        for name in short:
+            warnings.warn(
+                f"{self.split}: skipping contig '{name}' "
+                f"({self.genome.contig(name).length:,} bp < seq_length {seq_len:,})",
+                stacklevel=3,
+            )
+        contig_index = np.concatenate(contig_parts) if contig_parts else np.zeros(0, dtype=np.int64)
+        starts_all = np.concatenate(start_parts) if start_parts else np.zeros(0, dtype=np.int64)
+        if starts_all.size == 0:
+            if candidates:
+                why = (
+                    f"all {candidates:,} windows have more than {self.max_n_fraction:.0%} N/ambiguous bases "
+                    "(is the genome all N?)"
+                )
+            elif short and len(short) == len(regions):
+                why = f"every contig is shorter than seq_length {seq_len:,}"
+            else:
+                why = f"no room for a window of {seq_len:,} bases in the {self.split} region(s)"
+            raise GenomeInputError(_genome_label(self.genome), f"no {self.split} windows: {why}")
+        return contig_index, starts_all
+
+    def _few_ambiguous(self, contig: int, starts: np.ndarray) -> np.ndarray:
+        """Boolean mask over ``starts``: windows with at most max_n_fraction non-ACGT bases."""
+        seq_len = self.seq_length
+        limit = self.max_n_fraction * seq_len
+        keep = np.zeros(starts.size, dtype=bool)
+        block = max(_SCAN_BLOCK, seq_len)
+        begin = 0
+        while begin < starts.size:
+            first = int(starts[begin])
+            end = int(np.searchsorted(starts, first + block, side="left"))
+            end = max(end, begin + 1)
+            span_end = int(starts[end - 1]) + seq_len
+            ids = self.tokenizer.encode(self.genome.fetch(contig, first, span_end))
+            bad = np.concatenate(([0], np.cumsum(~self.tokenizer.unambiguous_mask(ids), dtype=np.int64)))
+            rel = starts[begin:end] - first
+            keep[begin:end] = (bad[rel + seq_len] - bad[rel]) <= limit
+            begin = end
+        return keep
+
+    # -- epochs and augmentation ------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.item())
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch used to seed reverse-complement flips (visible to workers)."""
+        self._epoch.fill_(int(epoch))
+
+    def start_epoch(self) -> None:
+        """Called when a DataLoader starts iterating: take the epoch from ``epoch_source``
+        (the trainer) when available, else count iterations."""
+        epoch = self.epoch_source() if self.epoch_source is not None else None
+        self.set_epoch(self._epochs_started if epoch is None else epoch)
+        self._epochs_started += 1
+
+    def is_reverse_complemented(self, index: int) -> bool:
+        """Whether item ``index`` is reverse-complemented in the current epoch."""
+        if self.rc_prob <= 0.0:
+            return False
+        rng = np.random.default_rng((self.seed, self.epoch, int(index)))
+        return bool(rng.random() < self.rc_prob)
+
+    # -- Dataset protocol -------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.starts.size)
+
+    def window(self, index: int) -> tuple[str, int, int]:
+        """(contig name, start, end) of window ``index`` on the forward strand."""
+        start = int(self.starts[index])
+        return self.genome.contigs[int(self.contig_index[index])].name, start, start + self.seq_length
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if index < 0:
+            index += len(self)
+        contig = int(self.contig_index[index])
+        start = int(self.starts[index])
+        ids = self.tokenizer.encode(self.genome.fetch(contig, start, start + self.seq_length))
+        if self.is_reverse_complemented(index):
+            ids = self.tokenizer.reverse_complement(ids)
+        labels = torch.from_numpy(np.ascontiguousarray(ids))
+        input_ids = torch.empty_like(labels)
+        input_ids[0] = BOS_ID
+        input_ids[1:] = labels[:-1]
+        return {"input_ids": input_ids, "labels": labels, "loss_mask": self.tokenizer.unambiguous_mask(labels)}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["epoch_source"] = None  # usually a bound method of the DataModule/trainer
+        return state
+
+
+def split_regions(
+    genome: Genome, val_contigs: Sequence[str] | None, val_fraction: float
+) -> tuple[list[Region], list[Region]]:
+    """Train and validation regions that share no base.
+
+    With ``val_contigs`` the named contigs are validation and the rest train (unknown
+    names raise GenomeInputError). Otherwise each contig is cut at
+    ``floor(length * (1 - val_fraction))``: train is before the cut, validation after.
+    """
+    label = _genome_label(genome)
+    if val_contigs:
+        unknown = [n for n in val_contigs if n not in genome]
+        if unknown:
+            known = ", ".join(genome.names[:10]) + (" ..." if len(genome.names) > 10 else "")
+            raise GenomeInputError(label, f"val_contigs: unknown contig '{unknown[0]}' (contigs: {known})")
+        held = set(val_contigs)
+        train = [(i, 0, c.length) for i, c in enumerate(genome.contigs) if c.name not in held]
+        val = [(i, 0, c.length) for i, c in enumerate(genome.contigs) if c.name in held]
+        if not train:
+            raise GenomeInputError(label, "val_contigs holds out every contig; nothing is left to train on")
+        return train, val
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    train, val = [], []
+    for i, c in enumerate(genome.contigs):
+        cut = int(c.length * (1.0 - val_fraction))
+        train.append((i, 0, cut))
+        if cut < c.length:
+            val.append((i, cut, c.length))
+    return train, val
+
+
+class _EpochAwareDataLoader(DataLoader):
+    """DataLoader that tells its dataset a new epoch starts each time it is iterated.
+
+    Lightning iterates the train loader once per epoch (creating the iterator in the
+    main process before any worker receives indices), so this is the one place where
+    the epoch can be set reliably, also with ``persistent_workers``. No custom
+    ``__init__``: Lightning can re-create it with a DistributedSampler.
+    """
+
+    def __iter__(self) -> Iterator[Any]:
+        start_epoch = getattr(self.dataset, "start_epoch", None)
+        if callable(start_epoch):
+            start_epoch()
+        return super().__iter__()
+
+
+class GenomeDataModule(L.LightningDataModule):
+    """Train/validation/test windows over one or more FASTA files.
+
+    ``setup()`` opens the genome (validated and indexed, see :mod:`biomoe.fasta`) and
+    builds the window tables. Validation (also used for ``test`` and ``predict``) is
+    either the named ``val_contigs`` or the last ``val_fraction`` of every contig,
+    read with stride ``seq_length`` and no reverse complement. ``val_fraction=0`` and no
+    ``val_contigs`` disables validation. ``max_train_windows`` subsamples the training
+    table (deterministically from ``seed``) for quick runs.
+
+    Reverse-complement flips depend on (seed, epoch, index); the epoch is taken from
+    ``trainer.current_epoch`` each time the train loader is iterated, so resumed runs
+    continue the same augmentation sequence.
+    """
+
+    def __init__(
+        self,
+        fasta: str | list[str] = "data/lambda_virus.fa.gz",
+        seq_length: int = 1024,
+        stride: int | None = None,
+        batch_size: int = 8,
+        num_workers: int = 0,
+        val_contigs: list[str] | None = None,
+        val_fraction: float = 0.1,
+        max_n_fraction: float = 0.1,
+        rc_prob: float = 0.5,
+        seed: int = 0,
+        fold_lowercase: bool = True,
+        cache_dir: str | None = None,
+        max_train_windows: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.fasta = fasta
+        self.seq_length = seq_length
+        self.stride = stride
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.val_contigs = val_contigs
+        self.val_fraction = val_fraction
+        self.max_n_fraction = max_n_fraction
+        self.rc_prob = rc_prob
+        self.seed = seed
+        self.cache_dir = cache_dir
+        self.max_train_windows = max_train_windows
+        self.tokenizer = NucleotideTokenizer(fold_lowercase=fold_lowercase)
+        self.vocab_size: int = self.tokenizer.padded_vocab_size
+        self.genome: Genome | None = None
+        self.train_dataset: GenomeWindowDataset | None = None
+        self.val_dataset: GenomeWindowDataset | None = None
+
+    def prepare_data(self) -> None:
+        """Validate, decompress and index once per node before ranks start reading."""
+        Genome(self.fasta, cache_dir=self.cache_dir)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.genome is not None:
+            return
+        genome = Genome(self.fasta, cache_dir=self.cache_dir)
+        train_regions, val_regions = split_regions(genome, self.val_contigs, self.val_fraction)
+        self.train_dataset = GenomeWindowDataset(
+            genome,
+            self.seq_length,
+            stride=self.stride,
+            max_n_fraction=self.max_n_fraction,
+            regions=train_regions,
+            rc_prob=self.rc_prob,
+            seed=self.seed,
+            tokenizer=self.tokenizer,
+            max_windows=self.max_train_windows,
+            split="train",
+        )
+        self.train_dataset.epoch_source = self._current_epoch
+        if val_regions:
+            self.val_dataset = GenomeWindowDataset(
+                genome,
+                self.seq_length,
+                stride=self.seq_length,
+                max_n_fraction=self.max_n_fraction,
+                regions=val_regions,
+                rc_prob=0.0,
+                seed=self.seed,
+                tokenizer=self.tokenizer,
+                split="validation",
+            )
+        self.genome = genome
+
+    def _current_epoch(self) -> int | None:
+        trainer = getattr(self, "trainer", None)
+        return None if trainer is None else int(trainer.current_epoch)
+
+    @property
+    def test_dataset(self) -> GenomeWindowDataset | None:
+        """The test split is the validation split (for ``trainer.test``)."""
+        return self.val_dataset
+
+    def _loader(self, dataset: Dataset, shuffle: bool, cls: type[DataLoader] = DataLoader) -> DataLoader:
+        return cls(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            pin_memory=torch.cuda.is_available(),
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def _require(self, dataset: GenomeWindowDataset | None, what: str) -> GenomeWindowDataset:
+        if self.genome is None:
+            raise RuntimeError(f"call setup() before {what}_dataloader()")
+        if dataset is None:
+            raise RuntimeError("validation is disabled (val_fraction=0 and no val_contigs)")
+        return dataset
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self._require(self.train_dataset, "train"), shuffle=True, cls=_EpochAwareDataLoader)
+
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        if self.genome is not None and self.val_dataset is None:
+            return []  # Lightning skips validation for an empty list
+        return self._loader(self._require(self.val_dataset, "val"), shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self._require(self.val_dataset, "test"), shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self._require(self.val_dataset, "predict"), shuffle=False)

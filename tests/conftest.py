@@ -1,0 +1,63 @@
+"""Shared fixtures: small FASTA files written into pytest's tmp_path."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+def fasta_text(records: dict[str, str], width: int = 60, newline: str = "\n") -> str:
+    """Render records as FASTA text with fixed line width."""
+    lines: list[str] = []
+    for name, seq in records.items():
+        lines.append(f">{name} test record")
+        lines.extend(seq[i : i + width] for i in range(0, len(seq), width))
+    return newline.join(lines) + newline
+
+
+@pytest.fixture
+def write_fasta(tmp_path: Path) -> Callable[..., Path]:
+    """write_fasta(records, name="g.fa", compression=None|"gzip"|"bgzf", width=60, newline="\\n")."""
+
+    def _write(
+        records: dict[str, str] | str | bytes,
+        name: str = "g.fa",
+        compression: str | None = None,
+        width: int = 60,
+        newline: str = "\n",
+    ) -> Path:
+        if isinstance(records, dict):
+            data = fasta_text(records, width, newline).encode()
+        elif isinstance(records, str):
+            data = records.encode()
+        else:
+            data = records
+        path = tmp_path / name
+        if compression == "gzip":
+            path.write_bytes(gzip.compress(data))
+        elif compression == "bgzf":
+            from Bio import bgzf
+
+            with bgzf.BgzfWriter(str(path), "wb") as fh:
+                fh.write(data)
+        else:
+            path.write_bytes(data)
+        return path
+
+    return _write
+
+
+def random_dna(n: int, seed: int = 0, alphabet: str = "ACGT") -> str:
+    rng = np.random.default_rng(seed)
+    return "".join(np.array(list(alphabet))[rng.integers(0, len(alphabet), n)])
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "cache"
+    path.mkdir()
+    return path

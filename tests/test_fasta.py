@@ -1,0 +1,225 @@
+"""FASTA reading: formats agree, tolerated quirks, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from biomoe import fasta as fasta_mod
+from biomoe.errors import GenomeInputError
+from biomoe.fasta import Genome, resolve_fasta_paths
+from conftest import random_dna
+
+RECORDS = {"chr1": random_dna(1000, 1), "chr2": random_dna(333, 2), "chrM": random_dna(61, 3)}
+
+
+def _read_all(genome: Genome) -> dict[str, str]:
+    return {c.name: genome.fetch(c.name, 0, c.length) for c in genome.contigs}
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "bgzf"])
+def test_formats_read_identically(write_fasta, cache_dir, compression) -> None:
+    path = write_fasta(RECORDS, name="g.fa.gz" if compression else "g.fa", compression=compression)
+    g = Genome(path, cache_dir=cache_dir)
+    assert [(c.name, c.length, c.path) for c in g.contigs] == [(n, len(s), path) for n, s in RECORDS.items()]
+    assert len(g) == sum(map(len, RECORDS.values()))
+    assert _read_all(g) == RECORDS
+    assert g.fetch("chr1", 10, 25) == RECORDS["chr1"][10:25]
+    assert g.fetch(1, 330, 333) == RECORDS["chr2"][330:]
+    # reopening uses the cached scan and still reads the same
+    assert _read_all(Genome(path, cache_dir=cache_dir)) == RECORDS
+
+
+def test_bgzf_and_gzip_detected(write_fasta, cache_dir) -> None:
+    assert fasta_mod._sniff_compression(write_fasta(RECORDS, "a.fa.gz", "bgzf")) == "bgzf"
+    assert fasta_mod._sniff_compression(write_fasta(RECORDS, "b.fa.gz", "gzip")) == "gzip"
+    assert fasta_mod._sniff_compression(write_fasta(RECORDS, "c.fa")) == "none"
+
+
+def test_crlf_ragged_lines_and_lowercase_accepted(write_fasta, cache_dir) -> None:
+    seq = "ACGTacgtnnNNRYKM" * 10
+    text = ">s1 soft masked\r\n" + seq[:50] + "\r\n" + seq[50:70] + "\r\n\r\n" + seq[70:] + "\r\n>s2\r\nAC\r\n"
+    for i, comp in enumerate([None, "gzip", "bgzf"]):
+        path = write_fasta(text, name=f"crlf{i}.fa" + (".gz" if comp else ""), compression=comp)
+        g = Genome(path, cache_dir=cache_dir)
+        assert _read_all(g) == {"s1": seq, "s2": "AC"}
+
+
+def test_folder_and_multiple_files(tmp_path, write_fasta, cache_dir) -> None:
+    folder = tmp_path / "genome"
+    folder.mkdir()
+    (folder / "b.fa").write_text(">b1\nACGT\n")
+    (folder / "a.fna.gz").write_bytes(gzip.compress(b">a1\nGGCC\n"))
+    (folder / "notes.txt").write_text("ignored")
+    assert [p.name for p in resolve_fasta_paths(folder)] == ["a.fna.gz", "b.fa"]
+    g = Genome(folder, cache_dir=cache_dir)
+    assert g.names == ["a1", "b1"]
+    g2 = Genome([folder / "b.fa", folder / "a.fna.gz"], cache_dir=cache_dir)
+    assert g2.names == ["b1", "a1"] and g2.fetch("a1", 1, 3) == "GC"
+
+
+def test_genome_pickles_without_handles(write_fasta, cache_dir) -> None:
+    g = Genome(write_fasta(RECORDS), cache_dir=cache_dir)
+    g.fetch("chr1", 0, 5)
+    g2 = pickle.loads(pickle.dumps(g))
+    assert g2._handles == {} and g2.fetch("chr1", 0, 5) == RECORDS["chr1"][:5]
+
+
+def test_default_cache_next_to_file(write_fasta) -> None:
+    path = write_fasta(RECORDS, "z.fa.gz", "gzip")
+    Genome(path)
+    cached = list((path.parent / ".biomoe_cache").glob("z.fa.gz.*.fa"))
+    assert len(cached) == 1
+    assert not (path.parent / "z.fa.gz.fai").exists()
+
+
+def test_validation_is_fast_and_cached(write_fasta, cache_dir) -> None:
+    path = write_fasta({"big": random_dna(2_000_000, 5)}, "big.fa.gz", "gzip", width=80)
+    t0 = time.perf_counter()
+    Genome(path, cache_dir=cache_dir)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    Genome(path, cache_dir=cache_dir)
+    second = time.perf_counter() - t0
+    assert first < 2.0, first
+    assert second < first
+
+
+# ---------------------------------------------------------------------------------------
+# errors: each must be a GenomeInputError with a one-line message naming the file
+# ---------------------------------------------------------------------------------------
+def _expect_error(path, match: str, cache_dir) -> GenomeInputError:
+    with pytest.raises(GenomeInputError, match=match) as info:
+        Genome(path, cache_dir=cache_dir)
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(path) in message
+    return info.value
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (b"", "empty"),
+        (b"\n\n", "no FASTA records"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00" * 10, "binary"),
+        (b"@read1\nACGT\n+\nIIII\n", "FASTQ"),
+        (b"hello world\nthis is text\n", "does not start with '>'"),
+        (b">chr1\nACGT\n>empty\n>chr3\nAC\n", "contig 'empty' has no sequence"),
+        (b">chr1\nACGT\n>chr3\n", "contig 'chr3' has no sequence"),
+        (b">chr1\nACGT\n>chr1\nAC\n", "duplicate contig name 'chr1'"),
+        (b">\nACGT\n", "has no name"),
+        (b">chr1\nACGT\n>chr2\nACGTACGTAC\nACJT\n", "contig 'chr2' has character 'J' outside IUPAC at position 13"),
+        (b">chr1\nAC-T\n", "character '-' outside IUPAC at position 3"),
+        (b"BZh91AY&SY", "bzip2"),
+    ],
+)
+def test_bad_inputs(write_fasta, cache_dir, content, match) -> None:
+    _expect_error(write_fasta(content, name="bad.fa"), match, cache_dir)
+
+
+def test_bad_char_position_uses_thousands_separator(write_fasta, cache_dir) -> None:
+    seq = "A" * 1203 + "J"
+    err = _expect_error(write_fasta({"chr2": seq}, name="x.fa", width=70), r"position 1,204\b", cache_dir)
+    assert "chr2" in str(err)
+
+
+def test_bad_char_in_gzip(write_fasta, cache_dir) -> None:
+    _expect_error(write_fasta(">c\nACGU\n", name="u.fa.gz", compression="gzip"), "'U' outside IUPAC", cache_dir)
+
+
+def test_missing_path(tmp_path, cache_dir) -> None:
+    _expect_error(tmp_path / "nope.fa", "no such file", cache_dir)
+
+
+def test_empty_folder(tmp_path, cache_dir) -> None:
+    (tmp_path / "empty").mkdir()
+    _expect_error(tmp_path / "empty", "no FASTA files", cache_dir)
+
+
+def test_duplicate_names_across_files(write_fasta, cache_dir) -> None:
+    a = write_fasta({"chr1": "ACGT"}, name="a.fa")
+    b = write_fasta({"chr1": "GGGG"}, name="b.fa")
+    with pytest.raises(GenomeInputError, match="duplicate contig name 'chr1'") as info:
+        Genome([a, b], cache_dir=cache_dir)
+    assert str(b) in str(info.value) and str(a) in str(info.value)
+
+
+def test_corrupted_gzip(write_fasta, cache_dir) -> None:
+    good = gzip.compress(fasta_bytes := (">c\n" + random_dna(50_000, 9) + "\n").encode())
+    assert len(fasta_bytes) > 0
+    truncated = write_fasta(good[: len(good) // 2], name="trunc.fa.gz")
+    _expect_error(truncated, "corrupted gzip", cache_dir)
+    garbled = bytearray(good)
+    garbled[20:60] = b"\xff" * 40
+    _expect_error(write_fasta(bytes(garbled), name="garbled.fa.gz"), "corrupted gzip", cache_dir)
+
+
+def test_unreadable_file(write_fasta, cache_dir, monkeypatch) -> None:
+    path = write_fasta(RECORDS)
+    if os.geteuid() != 0:
+        path.chmod(0)
+        try:
+            _expect_error(path, "permission denied", cache_dir)
+        finally:
+            path.chmod(0o644)
+    real_access = os.access
+    monkeypatch.setattr(fasta_mod.os, "access", lambda p, mode: False if Path(p) == path else real_access(p, mode))
+    _expect_error(path, "permission denied", cache_dir)
+
+
+def test_stale_fai_is_rebuilt(write_fasta, cache_dir) -> None:
+    path = write_fasta(RECORDS)
+    fai = Path(str(path) + ".fai")
+    fai.write_text("chr1\t5\t6\t60\t61\nchr2\t7\t100\t60\t61\n")  # wrong lengths, newer than file
+    g = Genome(path, cache_dir=cache_dir)
+    assert _read_all(g) == RECORDS
+    assert fai.read_text().startswith("chr1\t1000\t")
+
+
+def test_garbage_fai_is_rebuilt(write_fasta, cache_dir) -> None:
+    path = write_fasta(RECORDS)
+    Path(str(path) + ".fai").write_bytes(b"\x00garbage")
+    assert _read_all(Genome(path, cache_dir=cache_dir)) == RECORDS
+
+
+def test_stale_fai_in_readonly_folder_is_an_error(write_fasta, cache_dir, monkeypatch) -> None:
+    path = write_fasta(RECORDS)
+    fai = Path(str(path) + ".fai")
+    fai.write_text("chr1\t5\t6\t60\t61\n")
+    real_access = os.access
+    monkeypatch.setattr(
+        fasta_mod.os, "access",
+        lambda p, mode: False if (mode & os.W_OK and Path(p) == path.parent) else real_access(p, mode),
+    )
+    _expect_error(path, "does not match", cache_dir)
+
+
+def test_modified_file_is_rescanned(write_fasta, cache_dir) -> None:
+    path = write_fasta({"a": "ACGT"})
+    assert Genome(path, cache_dir=cache_dir).contig("a").length == 4
+    path.write_text(">a\nACGTACGT\n>b\nGG\n")
+    os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    g = Genome(path, cache_dir=cache_dir)
+    assert [(c.name, c.length) for c in g.contigs] == [("a", 8), ("b", 2)]
+    assert g.fetch("a", 4, 8) == "ACGT"
+
+
+def test_bundled_genomes() -> None:
+    root = Path(__file__).resolve().parents[1] / "data"
+    lam = root / "lambda_virus.fa.gz"
+    if not lam.exists():
+        pytest.skip("bundled data not present")
+    cache = root.parent / ".pytest_cache" / "genome_cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    g = Genome(lam, cache_dir=cache)
+    assert len(g) == 48_502
+    yeast = Genome(root / "yeast_chrI.fna.gz", cache_dir=cache)
+    assert yeast.names == ["NC_001133.9"] and len(yeast) == 230_218
+    assert yeast.fetch(0, 0, 6) == "ccacac"  # soft-masked telomere kept lowercase
