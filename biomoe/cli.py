@@ -20,7 +20,13 @@ from biomoe.errors import GenomeInputError
 from biomoe.module import BioMoEModule
 
 # Extra subcommands handled outside LightningCLI: name -> "module:function(argv)".
-EXTRA_COMMANDS: dict[str, str] = {}
+EXTRA_COMMANDS: dict[str, str] = {
+    "markov": "biomoe.markov_table:main",
+    "score-fasta": "biomoe.predict:main",
+    "score-variants": "biomoe.variants:main",
+    "export-hf": "biomoe.hf_export:export_main",
+    "import-hf": "biomoe.hf_export:import_main",
+}
 
 
 class BioMoECLI(LightningCLI):
@@ -29,6 +35,7 @@ class BioMoECLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         trainer = super().instantiate_trainer(**kwargs)
         install_atomic_checkpoint_io(trainer)
+        install_markov_baseline(trainer)
         return trainer
 
     def before_fit(self) -> None:
@@ -80,6 +87,14 @@ def install_atomic_checkpoint_io(trainer) -> None:
         return
     if type(strategy.checkpoint_io) is TorchCheckpointIO:
         strategy.checkpoint_io = AtomicCheckpointIO()
+
+
+def install_markov_baseline(trainer) -> None:
+    """Report an order-6 Markov baseline next to val/test bits/base unless the config has one."""
+    from biomoe.baseline import MarkovBaseline
+
+    if not any(isinstance(cb, MarkovBaseline) for cb in trainer.callbacks):
+        trainer.callbacks.append(MarkovBaseline())
 
 
 def run_lightning_cli(args: list[str] | None = None) -> BioMoECLI:

@@ -41,6 +41,19 @@ class ModelConfig:
     routing scores for expert *selection only*, nudged by this rate after every optimizer step."""
     expert_backend: str = "grouped"
     """loop | grouped | te | te_fused | auto (te* need Transformer Engine and a GPU)."""
+    precision: str = "bf16"
+    """bf16 | fp8-delayed | fp8-current | fp8-block | mxfp8 | nvfp4: the TE recipe entered around
+    the forward (biomoe.te.precision). Checked against the GPU at start-up."""
+    precision_fallback: str | None = None
+    """Precision to use (logged) if ``precision`` cannot run on this GPU; None = fail at start-up."""
+    attention_backend: str = "auto"
+    """auto | torch | te (TE DotProductAttention); auto = TE where usable."""
+    norm_backend: str = "auto"
+    """auto | torch | te (TE RMSNorm); auto = TE where usable."""
+    router_backend: str = "auto"
+    """auto | torch | te (TE fused top-k router and aux loss); auto = TE where usable."""
+    dispatch_backend: str = "auto"
+    """auto | torch | te (TE moe_permute/unpermute); auto = TE where usable."""
     init_std: float = 0.02
     tie_embeddings: bool = False
 
@@ -82,6 +95,14 @@ class ModelConfig:
                 raise ConfigError(f"model.moe_layers contains {layer}, outside 0..{self.num_layers - 1}")
         if self.aux_loss_coef < 0 or self.z_loss_coef < 0:
             raise ConfigError("model.aux_loss_coef and model.z_loss_coef must be >= 0")
+        from biomoe.te.precision import parse_precision  # no TE import; name check only
+
+        parse_precision(self.precision)
+        if self.precision_fallback is not None:
+            parse_precision(self.precision_fallback)
+        for name in ("attention_backend", "norm_backend", "router_backend", "dispatch_backend"):
+            if getattr(self, name) not in ("auto", "torch", "te"):
+                raise ConfigError(f"model.{name}={getattr(self, name)!r}; choose auto, torch or te")
         from biomoe.moe.experts import known_backends  # local import: registry fills at import
 
         if self.expert_backend not in known_backends():

@@ -13,19 +13,20 @@ and validation windows starting after it.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Sized
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome
 from biomoe.tokenizer import BOS_ID, NucleotideTokenizer
 
-__all__ = ["Region", "GenomeWindowDataset", "GenomeDataModule", "split_regions"]
+__all__ = ["Region", "GenomeWindowDataset", "GenomeDataModule", "split_regions",
+           "EpochSeededRandomSampler", "ResumableBatchSampler"]
 
 Region = tuple[int, int, int]
 """(contig index, start, end): a half-open stretch of one contig that windows must lie in."""
@@ -243,6 +244,54 @@ def split_regions(
     return train, val
 
 
+class EpochSeededRandomSampler(RandomSampler):
+    """A shuffle whose order is a pure function of ``(seed, epoch)``.
+
+    ``RandomSampler`` draws its seed from the global torch RNG when iterated, so a run
+    resumed from a checkpoint (fresh process, different RNG history) would see another
+    order. Here :meth:`set_epoch` (called by Lightning, and by the loader from the
+    dataset's epoch) selects the permutation. Subclassing ``RandomSampler`` tells
+    Lightning the loader shuffles, so under DDP it is replaced by a ``DistributedSampler``
+    (itself seeded by ``(seed, epoch)``).
+    """
+
+    def __init__(self, data_source: Sized, seed: int = 0) -> None:
+        super().__init__(data_source)
+        self.seed = int(seed)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
+
+
+class ResumableBatchSampler(BatchSampler):
+    """``BatchSampler`` that can start its next pass ``n`` batches in (see :meth:`skip_next`).
+
+    Skipping happens on indices, so no window is read for the batches already trained on.
+    It wraps whatever sampler it is given (Lightning re-creates it around a
+    ``DistributedSampler`` under DDP), so skipping is per rank, which is what each rank
+    consumed. The count of batches to skip comes from the loader's checkpoint state.
+    """
+
+    _skip = 0
+
+    def skip_next(self, batches: int) -> None:
+        """Drop the first ``batches`` batches of the next pass only."""
+        self._skip = int(batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        skip, self._skip = self._skip, 0
+        batches = super().__iter__()
+        for _ in range(skip):
+            if next(batches, None) is None:
+                return
+        yield from batches
+
+
 class _EpochAwareDataLoader(DataLoader):
     """DataLoader that tells its dataset a new epoch starts each time it is iterated.
 
@@ -250,13 +299,51 @@ class _EpochAwareDataLoader(DataLoader):
     main process before any worker receives indices), so this is the one place where
     the epoch can be set reliably, also with ``persistent_workers``. No custom
     ``__init__``: Lightning can re-create it with a DistributedSampler.
+
+    It is also resumable mid-epoch: :meth:`state_dict` (saved by Lightning in every
+    checkpoint, under ``loops.fit_loop.state_dict.combined_loader``) records the epoch and
+    how many batches this pass has yielded; after :meth:`load_state_dict` the next pass
+    of the same epoch skips those batches, so a resumed run sees exactly the batches the
+    uninterrupted run would have. Lightning does not prefetch from loaders with a length,
+    so yielded batches are the batches trained on.
     """
+
+    _yielded = 0
+    _resume: dict[str, int] | None = None
+
+    def state_dict(self) -> dict[str, int]:
+        epoch = getattr(self.dataset, "epoch", 0)
+        return {"epoch": int(epoch), "batches": int(self._yielded)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._resume = dict(state)
 
     def __iter__(self) -> Iterator[Any]:
         start_epoch = getattr(self.dataset, "start_epoch", None)
         if callable(start_epoch):
             start_epoch()
-        return super().__iter__()
+        epoch = getattr(self.dataset, "epoch", None)
+        sampler = getattr(self.batch_sampler, "sampler", None)
+        if epoch is not None and callable(getattr(sampler, "set_epoch", None)):
+            sampler.set_epoch(epoch)  # same value Lightning sets; also right outside Lightning
+        skip, self._resume = self._resume_skip(epoch), None
+        if skip and isinstance(self.batch_sampler, ResumableBatchSampler):
+            self.batch_sampler.skip_next(skip)
+        else:
+            skip = 0
+        self._yielded = skip
+        return self._counting(super().__iter__())
+
+    def _resume_skip(self, epoch: int | None) -> int:
+        state = self._resume
+        if state is None or epoch is None or int(state.get("epoch", -1)) != int(epoch):
+            return 0  # resumed at an epoch boundary: the new epoch starts from its beginning
+        return int(state.get("batches", 0))
+
+    def _counting(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            self._yielded += 1
+            yield batch
 
 
 class GenomeDataModule(L.LightningDataModule):
@@ -356,10 +443,14 @@ class GenomeDataModule(L.LightningDataModule):
         return self.val_dataset
 
     def _loader(self, dataset: Dataset, shuffle: bool, cls: type[DataLoader] = DataLoader) -> DataLoader:
+        if shuffle:  # seeded, resumable order (see EpochSeededRandomSampler, ResumableBatchSampler)
+            sampler = EpochSeededRandomSampler(dataset, seed=self.seed)
+            batching: dict[str, Any] = {"batch_sampler": ResumableBatchSampler(sampler, self.batch_size, False)}
+        else:
+            batching = {"batch_size": self.batch_size, "shuffle": False}
         return cls(
             dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
+            **batching,
             num_workers=self.num_workers,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=self.num_workers > 0,

@@ -52,6 +52,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
+        # Optional fused kernel (e.g. TE DotProductAttention, installed by biomoe.te.layers):
+        # callable(q, k, v) on [b, h, s, d] with GQA handled inside -> [b, s, h*d]; no parameters.
+        self.core_attention = None
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         b, s, _ = x.shape
@@ -59,6 +62,8 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.core_attention is not None:
+            return self.o_proj(self.core_attention(q, k, v))
         if self.num_kv_heads != self.num_heads:
             # Expanding KV keeps every SDPA backend available (enable_gqa limits the choice).
             repeat = self.num_heads // self.num_kv_heads

@@ -35,18 +35,48 @@ class BioMoEModule(L.LightningModule):
         self.val_ce = MeanMetric()
         self.test_ce = MeanMetric()
         self._last_step_time: float | None = None
+        self._fast_path = None  # biomoe.te.runtime.TERuntime, built once the model is on its device
 
     # ----------------------------------------------------------------------------------- model
     def configure_model(self) -> None:
         if self.model is None:
             self.model = MoETransformer(self.config)
+        # Parallelism is applied from outside: a strategy that knows how (expert parallel + FSDP2)
+        # shards the plain model here, before weights are materialised and optimizers built.
+        parallelize = getattr(self._trainer.strategy, "parallelize", None) if self._trainer else None
+        if parallelize is not None:
+            parallelize(self.model)
+
+    def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Let a strategy whose gradients live on several device meshes clip them itself
+        (torch's ``clip_grad_norm_``, used by Lightning, cannot combine such DTensors)."""
+        clip = getattr(self.trainer.strategy, "clip_gradients_across_meshes", None)
+        if clip is None:
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        else:
+            clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def forward(self, input_ids: Tensor):
         return self.model(input_ids)
 
+    def on_fit_start(self) -> None:
+        self.fast_path()  # precision check and TE swaps before any step; logs what will run
+
+    def fast_path(self):
+        """TE fast path for this device (precision check, TE layers, ``auto`` backends), built once."""
+        if self._fast_path is None:
+            from lightning.pytorch.utilities import rank_zero_info
+
+            from biomoe.te.runtime import prepare
+
+            self._fast_path = prepare(self.model, self.config, self.device, announce=rank_zero_info)
+        return self._fast_path
+
     # --------------------------------------------------------------------------------- training
     def _loss_terms(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        out = self.model(batch["input_ids"])
+        with self.fast_path().autocast():  # precision recipe (te.autocast) around the forward only
+            out = self.model(batch["input_ids"])
         ce_sum, n = masked_cross_entropy_sum(out.logits, batch["labels"], batch["loss_mask"])
         ce = ce_sum / n.clamp_min(1.0)
         loss = ce + self.config.aux_loss_coef * out.aux_loss + self.config.z_loss_coef * out.z_loss
@@ -75,6 +105,17 @@ class BioMoEModule(L.LightningModule):
         step = self.global_step
         if self.log_expert_load_every_n_steps and step % self.log_expert_load_every_n_steps == 0:
             self.log_expert_load()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Add what exact resume needs beyond Lightning's state (router statistics, RNG)."""
+        from biomoe.resume import CHECKPOINT_KEY, collect_resume_state
+
+        checkpoint[CHECKPOINT_KEY] = collect_resume_state(self.model)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        from biomoe.resume import CHECKPOINT_KEY, restore_resume_state
+
+        restore_resume_state(self.model, checkpoint.get(CHECKPOINT_KEY))
 
     def log_expert_load(self) -> None:
         """Per-layer expert load since the last call: fractions, max/mean ratio, normalised entropy."""

@@ -25,8 +25,13 @@ class Contender:
     fused_adam: bool
 
 
-def build_hf(shape: BenchShape, experts_impl: str, device: torch.device) -> Contender:
-    """HF Mixtral in bf16 with the given experts implementation ("grouped_mm" default, "eager")."""
+def build_hf(shape: BenchShape, experts_impl: str, device: torch.device,
+             fused_adam: bool = False) -> Contender:
+    """HF Mixtral in bf16 with the given experts implementation ("grouped_mm" default, "eager").
+
+    The optimizer is torch's AdamW with its defaults (the multi-tensor ``foreach`` kernels) unless
+    ``fused_adam``: that extra row shows how much of biomoe's lead comes from its fused AdamW.
+    """
     from transformers import MixtralConfig, MixtralForCausalLM
 
     config = MixtralConfig(
@@ -45,7 +50,7 @@ def build_hf(shape: BenchShape, experts_impl: str, device: torch.device) -> Cont
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
     label = "hf-default(grouped_mm)" if experts_impl == "grouped_mm" else f"hf-{experts_impl}"
-    return Contender(label, model, loss_fn, fused_adam=False)
+    return Contender(label + ("+fused-adamw" if fused_adam else ""), model, loss_fn, fused_adam=fused_adam)
 
 
 def biomoe_config(shape: BenchShape, backend: str, precision: str = "bf16") -> ModelConfig:

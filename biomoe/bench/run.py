@@ -33,7 +33,8 @@ def te_available() -> bool:
 
 def variants(args: argparse.Namespace) -> list[tuple[str, Callable[[BenchShape, torch.device], Contender]]]:
     """(label, builder) for every contender this GPU and install can run."""
-    out: list = [("hf-default", lambda s, d: build_hf(s, "grouped_mm", d))]
+    out: list = [("hf-default", lambda s, d: build_hf(s, "grouped_mm", d)),
+                 ("hf-default+fused-adamw", lambda s, d: build_hf(s, "grouped_mm", d, fused_adam=True))]
     if not args.skip_hf_eager:
         out.append(("hf-eager", lambda s, d: build_hf(s, "eager", d)))
     backends = args.backends.split(",")
@@ -53,6 +54,7 @@ def variants(args: argparse.Namespace) -> list[tuple[str, Callable[[BenchShape, 
 
 def run_variant(label, builder, shape, device, warmup, steps, ids, labels) -> StepStats:
     free_memory()
+    torch.manual_seed(0)  # every contender starts from the same RNG state
     try:
         contender = builder(shape, device)
         stats = time_training(contender, shape, ids, labels, warmup, steps)
@@ -155,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep-start", type=int, default=8192)
     parser.add_argument("--sweep-max", type=int, default=524288)
     parser.add_argument("--sweep-backend", default="grouped")
+    parser.add_argument("--profile", default="", help="comma list of variant labels to profile "
+                        "on the first shape, e.g. hf-default,biomoe-grouped-bf16")
     parser.add_argument("--out", default="results/bench")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -177,6 +181,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{shape.name:15s} {label:28s} {stats.status:6s} {stats.tokens_per_s:10.0f} tok/s "
                   f"{stats.tflops:6.0f} TFLOP/s peak {stats.peak_mem_gb:6.1f} GB loss {stats.final_loss:.3f}",
                   flush=True)
+    if args.profile:
+        from biomoe.bench.profile import profile_steps
+
+        shape = SHAPES[args.shapes.split(",")[0]]
+        ids, labels = random_tokens(shape, device)
+        wanted = set(args.profile.split(","))
+        for label, builder in variants(args):
+            if label in wanted:
+                free_memory()
+                text = profile_steps(builder(shape, device), ids, labels)
+                print(text, flush=True)
+                with open(out / "profile.txt", "a") as handle:
+                    handle.write(text + "\n")
+                free_memory()
     sweep = seq_sweep(args, device) if args.sweep else []
     report = {"environment": environment(), "command": " ".join(sys.argv), "results": [r.as_dict() for r in results],
               "seq_sweep": [r.as_dict() for r in sweep], "wall_s": time.time() - started}

@@ -54,7 +54,7 @@ def register_expert_backend(name: str) -> Callable:
 
 def known_backends() -> list[str]:
     _load_optional_backends()
-    return sorted(set(_BACKENDS) | {"auto"})
+    return sorted({n for n in _BACKENDS if not n.startswith("__")} | {"auto"})
 
 
 def _load_optional_backends() -> None:
@@ -210,14 +210,28 @@ class Experts(nn.Module):
         if torch.is_autocast_enabled(device_type):  # autocast skips _grouped_mm / custom kernels
             rows = rows.to(torch.get_autocast_dtype(device_type))
         backend = self._backend_for(rows)
-        gate_up, down = self.gate_up_proj, self.down_proj
+        # Under expert parallelism the weights are DTensors sharded over experts; backends compute
+        # on this rank's experts only (rows are grouped by *local* expert).
+        gate_up, down = _local(self.gate_up_proj), _local(self.down_proj)
         if gate_up.dtype != rows.dtype:
             gate_up, down = gate_up.to(rows.dtype), down.to(rows.dtype)
+        if rows.shape[0] == 0:
+            # No rows (an EP rank nobody routed to): skip kernels that dislike M=0, but keep every
+            # weight (and probs) in the graph so gradients are zeros, never missing — a missing
+            # grad on one rank desynchronises FSDP's reduce-scatter and the backward all-to-all.
+            tie = gate_up.sum() + down.sum() + (probs.sum().to(rows.dtype) if probs is not None else 0)
+            return rows.new_zeros(0, self.hidden_size) + (rows.sum() + tie) * 0
         return backend(rows, tokens_per_expert, gate_up, down, probs)
 
     def extra_repr(self) -> str:
         return (f"experts={self.num_experts}, hidden={self.hidden_size}, "
                 f"ffn={self.ffn_hidden_size}, backend={self.backend_name}")
+
+
+def _local(param: Tensor) -> Tensor:
+    """The local shard of a DTensor parameter (differentiable), or the tensor itself."""
+    to_local = getattr(param, "to_local", None)
+    return to_local() if to_local is not None else param
 
 
 def scaled_init_std(init_std: float, num_layers: int) -> float:

@@ -80,6 +80,12 @@ class TopKRouter(nn.Module):
 
         ``None`` means local statistics. The expert-parallel strategy installs an all-reduce over
         the group the config names (see README: global vs local load balancing)."""
+        self.stats_grad_scale = 1.0
+        """Multiplies the gradient of the local probability share when statistics are reduced.
+
+        Data parallelism averages gradients over ranks, while only the local share of a reduced
+        sum is differentiable here; scaling it by the group size makes the averaged gradient that
+        of the group-level aux loss. The loss *value* is unchanged."""
 
     def logits(self, hidden: Tensor) -> Tensor:
         return F.linear(hidden.float(), self.gate.weight.float())
@@ -114,7 +120,8 @@ class TopKRouter(nn.Module):
         reduced = self.stats_reducer(packed)
         e = self.num_experts
         # Gradient flows through the local prob sum; the remote part enters as a constant.
-        prob_sums = probs.sum(0) + (reduced[e:2 * e] - probs.detach().sum(0))
+        local = probs.sum(0) * self.stats_grad_scale
+        prob_sums = local + (reduced[e:2 * e] - local.detach())
         return reduced[:e], prob_sums, reduced[2 * e]
 
     def _aux_loss(self, prob_sums: Tensor, counts: Tensor, tokens: Tensor) -> Tensor:

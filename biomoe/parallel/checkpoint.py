@@ -1,0 +1,82 @@
+"""Distributed-checkpoint helpers: atomic directory swap and a consolidated single-file export.
+
+Lightning writes a distributed checkpoint as a directory (torch.distributed.checkpoint shards
+for ``state_dict`` and ``optimizer_*`` plus ``meta.pt`` with the rest). Expert weights are stored
+as global ``[E, …]`` tensors (they are DTensors sharded over EP), so a directory written at one EP
+size loads at any other, and consolidation needs no knowledge of the layout that wrote it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+META_FILENAME = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME
+
+
+def swap_in(tmp: Path, final: Path) -> None:
+    """Replace ``final`` (file or directory) by the finished ``tmp`` directory.
+
+    Two renames rather than one because a non-empty directory cannot be renamed over; in the
+    short window between them a reader finds either the old or the new copy under ``.old``.
+    """
+    old = final.with_name(f".{final.name}.old")
+    if old.exists():
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+    if final.exists() or final.is_symlink():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old.exists():
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+
+
+def load_model_state(dcp_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Full (unsharded) model weights of a Lightning distributed checkpoint, in one process.
+
+    Keys are the LightningModule's (``model.blocks.0…``); no process group is needed.
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, Any] = {}
+    _load_state_dict(state, storage_reader=FileSystemReader(str(dcp_dir)),
+                     planner=_EmptyStateDictLoadPlanner(keys={"state_dict"}), no_dist=True)
+    return state["state_dict"]
+
+
+def consolidate(dcp_dir: str | os.PathLike, out_file: str | os.PathLike) -> Path:
+    """Write a single-file Lightning checkpoint (weights, hyper-parameters, loop state) from
+    ``dcp_dir``; optimizer state is left out (it is keyed by parameter name, not loadable by a
+    single-device run). Load it with ``BioMoEModule.load_from_checkpoint`` or ``ckpt_path`` for
+    validate/test/predict.
+    """
+    from biomoe.checkpoint import atomic_torch_save
+
+    dcp_dir = Path(dcp_dir)
+    checkpoint = torch.load(dcp_dir / META_FILENAME, map_location="cpu", weights_only=False)
+    checkpoint["state_dict"] = load_model_state(dcp_dir)
+    checkpoint.pop("optimizer_states", None)
+    checkpoint.pop("lr_schedulers", None)
+    atomic_torch_save(checkpoint, out_file)
+    return Path(out_file)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m biomoe.parallel.checkpoint DCP_DIR OUT.ckpt``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("dcp_dir")
+    parser.add_argument("out_file")
+    args = parser.parse_args(argv)
+    print(consolidate(args.dcp_dir, args.out_file))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Test-only callbacks and scripts (importable as ``helpers.*`` with ``tests/`` on the path)."""

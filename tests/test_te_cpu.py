@@ -1,0 +1,143 @@
+"""CPU-side parts of the TE fast path: precision names, the start-up capability message,
+the ``auto`` rule, padding arithmetic, and that everything degrades to torch without TE/CUDA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from biomoe.config import ConfigError, ModelConfig
+from biomoe.te.availability import DeviceInfo
+from biomoe.te.experts import GroupPadding, choose_expert_backend, interleave_glu_rows
+from biomoe.te.precision import (PRECISIONS, parse_precision, resolve_precision,
+                                 supported_precisions)
+
+H200 = DeviceInfo("NVIDIA H200", (9, 0))
+B200 = DeviceInfo("NVIDIA B200", (10, 0))
+L40 = DeviceInfo("NVIDIA L40S", (8, 9))
+
+
+def every_recipe_ok(name: str) -> tuple[bool, str]:
+    return True, ""
+
+
+@pytest.mark.parametrize("raw,want", [("bf16", "bf16"), ("FP8-Current", "fp8-current"),
+                                      ("fp8_block", "fp8-block"), ("mxfp8", "mxfp8")])
+def test_parse_precision_normalises(raw, want):
+    assert parse_precision(raw) == want
+
+
+def test_unknown_precision_is_a_config_error():
+    with pytest.raises(ConfigError, match="fp16"):
+        parse_precision("fp16")
+    with pytest.raises(ConfigError):
+        ModelConfig(precision="int8")
+
+
+def test_supported_precisions_follow_capability():
+    assert supported_precisions(H200, True, every_recipe_ok) == [
+        "bf16", "fp8-delayed", "fp8-current", "fp8-block"]
+    assert "mxfp8" in supported_precisions(B200, True, every_recipe_ok)
+    assert supported_precisions(L40, True, every_recipe_ok) == ["bf16", "fp8-delayed", "fp8-current"]
+    assert supported_precisions(None, False) == ["bf16"]
+    assert supported_precisions(H200, False) == ["bf16"]  # no TE: only the torch path
+
+
+def test_te_checker_has_the_last_word():
+    def no_block(name):
+        return (name != "fp8-block"), "cuBLAS too old"
+
+    assert "fp8-block" not in supported_precisions(H200, True, no_block)
+
+
+def test_mxfp8_on_hopper_is_one_line_naming_gpu_capability_and_alternatives():
+    with pytest.raises(ConfigError) as err:
+        resolve_precision("mxfp8", None, H200, True, every_recipe_ok)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "NVIDIA H200" in msg and "9.0" in msg
+    assert "bf16, fp8-delayed, fp8-current, fp8-block" in msg
+
+
+def test_fallback_is_used_and_logged(caplog):
+    with caplog.at_level("WARNING"):
+        assert resolve_precision("nvfp4", "fp8-current", H200, True, every_recipe_ok) == "fp8-current"
+    assert "fallback" in caplog.text and "nvfp4" in caplog.text
+
+
+def test_fallback_that_cannot_run_either_still_fails():
+    with pytest.raises(ConfigError, match="fallback"):
+        resolve_precision("nvfp4", "mxfp8", H200, True, every_recipe_ok)
+
+
+def test_fp8_without_gpu_fails_unless_fallback():
+    with pytest.raises(ConfigError, match="no CUDA GPU"):
+        resolve_precision("fp8-current", None, None, False)
+    assert resolve_precision("fp8-current", "bf16", None, False) == "bf16"
+
+
+def test_alignment_table_matches_te_quantisation_tiles():
+    assert {n: s.alignment for n, s in PRECISIONS.items()} == {
+        "bf16": 1, "fp8-delayed": 16, "fp8-current": 16, "fp8-block": 16, "mxfp8": 32, "nvfp4": 128}
+
+
+@pytest.mark.parametrize("info,te,precision,want", [
+    (None, False, "bf16", "grouped"),
+    (H200, False, "bf16", "grouped"),
+    (H200, True, "bf16", "grouped"),
+    (H200, True, "fp8-current", "te"),
+    (H200, True, "fp8-delayed", "te"),
+    (B200, True, "mxfp8", "te_fused"),
+    (B200, True, "fp8-current", "te"),
+])
+def test_auto_rule(info, te, precision, want):
+    name, reason = choose_expert_backend(info, te, precision, hidden=1024, ffn=2816)
+    assert name == want and reason
+
+
+def test_group_padding_places_rows_and_zero_fills():
+    counts = [3, 0, 17, 16]
+    pad = GroupPadding(counts, 16, torch.device("cpu"))
+    assert pad.padded_counts == [16, 0, 32, 16]
+    rows = torch.arange(1, sum(counts) + 1, dtype=torch.float32).unsqueeze(-1)
+    padded = pad.pad(rows)
+    assert padded.shape[0] == 64
+    assert padded[:3, 0].tolist() == [1, 2, 3] and padded[3:16].abs().sum() == 0
+    assert padded[16:33, 0].tolist() == list(range(4, 21)) and padded[33:48].abs().sum() == 0
+    assert torch.equal(pad.unpad(padded), rows)
+
+
+def test_interleave_matches_te_block_layout():
+    e, f, h, b = 1, 64, 2, 32
+    gate = torch.arange(f).float().view(1, f, 1).expand(e, f, h)
+    up = (1000 + torch.arange(f)).float().view(1, f, 1).expand(e, f, h)
+    inter = interleave_glu_rows(torch.cat([gate, up], dim=1), b)[0, :, 0].tolist()
+    assert inter[:b] == list(range(b)) and inter[b:2 * b] == [1000 + i for i in range(b)]
+    assert inter[2 * b:3 * b] == list(range(b, 2 * b))
+
+
+def test_runtime_on_cpu_keeps_torch_paths_and_state_dict():
+    from biomoe.model import MoETransformer
+    from biomoe.te.runtime import prepare
+
+    cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                      num_experts=4, top_k=2, ffn_hidden_size=64, expert_backend="auto")
+    model = MoETransformer(cfg)
+    keys = set(model.state_dict())
+    runtime = prepare(model, cfg, torch.device("cpu"))
+    assert set(model.state_dict()) == keys
+    assert runtime.paths["experts"].startswith("grouped")
+    assert cfg.expert_backend == "auto"  # the config (and saved hparams) keep "auto"
+    with runtime.autocast():
+        out = model(torch.randint(0, 16, (2, 8)))
+    assert out.logits.shape == (2, 8, 16)
+
+
+def test_asking_for_te_on_cpu_is_a_config_error():
+    from biomoe.model import MoETransformer
+    from biomoe.te.runtime import prepare
+
+    cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2,
+                      num_experts=4, top_k=2, ffn_hidden_size=64, attention_backend="te")
+    with pytest.raises(ConfigError, match="attention_backend=te"):
+        prepare(MoETransformer(cfg), cfg, torch.device("cpu"))
