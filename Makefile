@@ -23,6 +23,12 @@ install: $(STAMP)
 fit: install
 	$(PY) cli.py fit --config $(CONFIG)
 
+# 2-GPU expert-parallel smoke test (EP=2 + FSDP2, bf16): loss must fall, the distributed
+# checkpoint must resume, and export to one file. No install step: run it where a CUDA torch
+# is already present, e.g. `make smoke-2gpu PY=python3`.
+smoke-2gpu:
+	$(PY) scripts/smoke_2gpu.py
+
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
@@ -38,3 +44,10 @@ BENCH_ARGS ?= --sweep
 
 bench:
 	$(RUNPY) -m biomoe.bench --out results/bench $(BENCH_ARGS)
+
+# Runs notebooks/explore.ipynb headless against the tiny model (trained first if no checkpoint).
+NOTEBOOK_CKPT ?= $(firstword $(wildcard runs/tiny/version_*/checkpoints/last.ckpt))
+notebook: install
+	@test -n "$(NOTEBOOK_CKPT)" || $(PY) cli.py fit --config configs/tiny.yaml
+	$(PY) -m jupyter nbconvert --to notebook --execute notebooks/explore.ipynb --output-dir runs/notebook
+	@echo "executed notebook: runs/notebook/explore.ipynb"

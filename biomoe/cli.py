@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
+from argparse import ArgumentError
 from pathlib import Path
 
 from lightning.pytorch.cli import LightningCLI
 
 from biomoe.checkpoint import AtomicCheckpointIO
-from biomoe.config import ConfigError
+from biomoe.callbacks import NonFiniteError
+from biomoe.config import ConfigError, check_expert_parallel
 from biomoe.data import GenomeDataModule
 from biomoe.errors import GenomeInputError
 from biomoe.module import BioMoEModule
@@ -40,6 +43,16 @@ class BioMoECLI(LightningCLI):
 
     def before_fit(self) -> None:
         self._check_vocab()
+        self._check_parallel()
+
+    def _check_parallel(self) -> None:
+        """EP layout errors as one line before any process is launched."""
+        strategy = self.trainer.strategy
+        ep = getattr(strategy, "expert_parallel_size", None)
+        if ep is not None:
+            check_expert_parallel(self.model.config.num_experts, ep,
+                                  self.trainer.num_nodes * self.trainer.num_devices,
+                                  getattr(strategy, "data_parallel_replicate_size", 1))
 
     def _check_vocab(self) -> None:
         data_vocab = getattr(self.datamodule, "vocab_size", None)
@@ -102,12 +115,15 @@ def run_lightning_cli(args: list[str] | None = None) -> BioMoECLI:
         BioMoEModule,
         GenomeDataModule,
         save_config_kwargs={"overwrite": True},
+        parser_kwargs={"exit_on_error": False},  # main() prints argument errors as one line
         args=args,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # We pass argv explicitly (``--debug`` removed); Lightning warns about that on every run.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     debug = os.environ.get("BIOMOE_DEBUG") == "1"
     if "--debug" in argv:
         argv.remove("--debug")
@@ -124,12 +140,49 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"biomoe: error: {err}", file=sys.stderr)
         return 2
+    except ArgumentError as err:  # jsonargparse: wrong key or type (exit_on_error=False)
+        if debug:
+            raise
+        print(f"biomoe: error: {summarize_argument_error(str(err))} (see --help)", file=sys.stderr)
+        return 2
+    except NonFiniteError as err:  # training diverged: the step and parameters say it all
+        if debug:
+            raise
+        print(f"biomoe: error: {err}", file=sys.stderr)
+        return 1
     except Exception as err:  # jsonargparse wraps errors raised while instantiating classes
         cause = _find_cause(err, (GenomeInputError, ConfigError))
         if cause is None or debug:
             raise
         print(f"biomoe: error: {cause}", file=sys.stderr)
         return 2
+
+
+_ARG_NOISE = ("Does not validate against", "Subtypes:", "Errors:", "Given value", "tip:",
+              "Expected a <class 'NoneType'>", "Problem with given class_path")
+
+
+def summarize_argument_error(message: str) -> str:
+    """One line from jsonargparse's nested report: the full key and the innermost complaints.
+
+    ``Parser key "model.config": ... Parser key "top_k": Expected a <class 'int'>. Got value: abc``
+    becomes ``model.config.top_k: Expected a <class 'int'>. Got value: abc``; union/subtype
+    bookkeeping lines are dropped. Unknown shapes fall back to the whole message on one line.
+    """
+    keys: list[str] = []
+    problems: list[str] = []
+    for raw in message.splitlines():
+        line = raw.strip().lstrip("- ").strip()
+        if not line or line.startswith(_ARG_NOISE):
+            continue
+        if line.startswith('Parser key "') and line.endswith('":'):
+            keys.append(line[len('Parser key "'):-2])
+        else:
+            problems.append(line)
+    if not problems:
+        return " ".join(message.split())
+    text = "; ".join(dict.fromkeys(problems))
+    return f"{'.'.join(keys)}: {text}" if keys else text
 
 
 def _find_cause(err: BaseException, types: tuple[type, ...]) -> BaseException | None:

@@ -125,6 +125,29 @@ class ModelConfig:
         return total + h * self.vocab_size
 
 
+def check_expert_parallel(num_experts: int, expert_parallel_size: int, world_size: int,
+                          data_parallel_replicate_size: int = 1) -> None:
+    """Raise a one-line ConfigError unless this EP layout can exist.
+
+    Called before any process is launched (the CLI does it in ``before_fit``), so a wrong
+    ``expert_parallel_size`` is one line, not a traceback from every rank's mesh set-up.
+    EP ranks are carved out of the data-sharding ranks: EP must divide both the number of
+    experts and ``world_size / data_parallel_replicate_size``.
+    """
+    ep, replicate = int(expert_parallel_size), int(data_parallel_replicate_size)
+    if ep < 1 or replicate < 1:
+        raise ConfigError(f"expert_parallel_size={ep} and data_parallel_replicate_size={replicate} "
+                          "must be >= 1")
+    if num_experts % ep:
+        raise ConfigError(f"expert_parallel_size={ep} does not divide model.num_experts={num_experts}")
+    if world_size % replicate:
+        raise ConfigError(f"data_parallel_replicate_size={replicate} does not divide the world size "
+                          f"{world_size} (devices x nodes)")
+    if (world_size // replicate) % ep:
+        raise ConfigError(f"expert_parallel_size={ep} does not divide the world size {world_size} "
+                          f"(devices x nodes{f' / {replicate} replicas' if replicate > 1 else ''})")
+
+
 @dataclass
 class OptimConfig:
     """AdamW with decoupled weight decay groups and linear warm-up then cosine decay."""

@@ -451,6 +451,9 @@ class GenomeDataModule(L.LightningDataModule):
         return cls(
             dataset,
             **batching,
+            # Own generator: iterating a loader draws a worker base seed; from the global RNG
+            # that draw would shift every later random number when a resumed run iterates anew.
+            generator=torch.Generator().manual_seed(self.seed),
             num_workers=self.num_workers,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=self.num_workers > 0,

@@ -99,7 +99,14 @@ class BioMoEModule(L.LightningModule):
             self.log("train/tokens_per_s", tokens / max(now - self._last_step_time, 1e-9), prog_bar=True)
         self._last_step_time = now
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        """Router upkeep right after the update, not in ``on_train_batch_end``: that hook runs
+        after callbacks (ModelCheckpoint), so a checkpoint would miss this step's bias update and
+        stats reset, and a resumed run would diverge from an uninterrupted one."""
+        super().optimizer_step(*args, **kwargs)
+        self._after_optimizer_step()
+
+    def _after_optimizer_step(self) -> None:
         for layer in self.model.moe_layers():
             layer.router.update_bias()
         step = self.global_step

@@ -132,13 +132,19 @@ def test_validation_logs_markov_baseline_equal_to_the_table(tmp_path):
     assert second["val/markov_bits_per_base"] == result["val/markov_bits_per_base"]
 
 
-def test_time_budget_fixes_steps_and_ends_the_schedule(tmp_path):
+def test_time_budget_fixes_steps_and_ends_the_schedule(tmp_path, monkeypatch):
+    import types
+
+    import biomoe.time_budget as tb
+
+    clock = iter(np.arange(1, 100) * 0.1)  # each reading of the clock advances 0.1 s
+    monkeypatch.setattr(tb, "time", types.SimpleNamespace(perf_counter=lambda: float(next(clock))))
     torch.manual_seed(0)
     module = tiny_module()
-    budget = TimeBudget(seconds=3.0, measure_from=2, measure_steps=3, reserve=0.0, round_to=4)
+    budget = TimeBudget(seconds=1.0, measure_from=2, measure_steps=3, reserve=0.0, round_to=4)
     fit = trainer(tmp_path, [budget], max_steps=10_000, limit_val_batches=0)
     fit.fit(module, datamodule=lambda_datamodule(rc_prob=0.5))
-    assert budget.total_steps is not None and budget.total_steps % 4 == 0
-    assert fit.global_step == budget.total_steps < 10_000
+    # 3 steps in 0.1 s = 30 steps/s; 0.2 s used at step 5, 0.8 s left -> 5 + 24 = 29 -> 28 (multiple of 4)
+    assert budget.total_steps == 28 and fit.global_step == 28
     lr = fit.optimizers[0].param_groups[0]["lr"]
     assert lr == pytest.approx(module.optim.lr * module.optim.min_lr_ratio, rel=0.05)

@@ -74,7 +74,7 @@ def precision_context(precision: str, config: ModelConfig) -> Callable[[], Conte
 
 
 def build_biomoe(shape: BenchShape, backend: str, precision: str, device: torch.device,
-                 activation_checkpointing: bool = False) -> Contender:
+                 activation_checkpointing: bool = False, compile_blocks: bool = False) -> Contender:
     config = biomoe_config(shape, backend, precision)
     with torch.device(device):
         model = MoETransformer(config).to(torch.bfloat16)
@@ -82,6 +82,10 @@ def build_biomoe(shape: BenchShape, backend: str, precision: str, device: torch.
         from biomoe.activation_checkpointing import apply_activation_checkpointing
 
         apply_activation_checkpointing(model)
+    if compile_blocks:
+        from biomoe.compile import apply_compile
+
+        apply_compile(model)
     context = precision_context(precision, config)
     coefs = (config.aux_loss_coef, config.z_loss_coef)
 
@@ -91,5 +95,5 @@ def build_biomoe(shape: BenchShape, backend: str, precision: str, device: torch.
         mask = torch.ones_like(labels, dtype=torch.bool)
         return masked_cross_entropy(out.logits, labels, mask) + coefs[0] * out.aux_loss + coefs[1] * out.z_loss
 
-    suffix = "+ac" if activation_checkpointing else ""
+    suffix = ("+ac" if activation_checkpointing else "") + ("+compile" if compile_blocks else "")
     return Contender(f"biomoe-{backend}-{precision}{suffix}", model, loss_fn, fused_adam=True)

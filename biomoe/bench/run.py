@@ -49,6 +49,9 @@ def variants(args: argparse.Namespace) -> list[tuple[str, Callable[[BenchShape, 
                 continue
             out.append((f"biomoe-{backend}-{precision}",
                         lambda s, d, b=backend, p=precision: build_biomoe(s, b, p, d)))
+    if args.compile:
+        out.append(("biomoe-grouped-bf16+compile",
+                    lambda s, d: build_biomoe(s, "grouped", "bf16", d, compile_blocks=True)))
     return out
 
 
@@ -153,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--skip-hf-eager", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="add a torch.compile'd biomoe variant")
     parser.add_argument("--sweep", action="store_true", help="sequence-length sweep on dna-small")
     parser.add_argument("--sweep-start", type=int, default=8192)
     parser.add_argument("--sweep-max", type=int, default=524288)

@@ -43,6 +43,13 @@ def load_balancing_loss(router_probs: Tensor, tokens_per_expert: Tensor, top_k: 
     return num_experts * torch.sum(f * p)
 
 
+def expert_counts(indices: Tensor, num_experts: int) -> Tensor:
+    """Assignments per expert (int64 [E]); a scatter-add keeps the shape static for torch.compile."""
+    flat = indices.reshape(-1)
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=flat.device)
+    return counts.index_add_(0, flat, torch.ones_like(flat))
+
+
 def router_z_loss(logits: Tensor) -> Tensor:
     """ST-MoE z-loss: mean over tokens of ``logsumexp(logits)²``; keeps router logits small."""
     if logits.shape[0] == 0:
@@ -104,7 +111,7 @@ class TopKRouter(nn.Module):
         logits = self.logits(hidden.reshape(-1, hidden.shape[-1]))
         probs = torch.softmax(logits, dim=-1)
         indices, weights = self.select(probs)
-        counts = torch.bincount(indices.reshape(-1), minlength=self.num_experts)
+        counts = expert_counts(indices, self.num_experts)
         stats_counts, stats_probs, stats_tokens = self._global_stats(counts, probs)
         aux = self._aux_loss(stats_probs, stats_counts, stats_tokens)
         z = router_z_loss(logits)

@@ -246,12 +246,38 @@ class TEFusedMLPBackend(_TEBackendBase):
     def _compute(self, rows, splits, gate_up, down, probs):
         if probs is None:
             raise RuntimeError("te_fused applies routing weights itself and needs per-row probs")
+        if self._ops_lack_recipe():
+            # Measured on an H200 with TE 2.20.2: the te.ops grouped GEMM finds no cuBLAS
+            # algorithm for Float8BlockScaling on sm_90 (te.GroupedLinear does). Same precision,
+            # other kernels; said once in the log, never silently.
+            if self.fused_path == "not run":
+                self.fused_path = ("te.GroupedLinear x2 + scaled SwiGLU (te.ops has no sm_90 "
+                                   "Float8BlockScaling grouped GEMM in TE 2.20.2)")
+                log.warning("te_fused: %s", self.fused_path)
+            out = self._module_path(rows, splits.tolist(), gate_up, down)
+            return out * probs.unsqueeze(-1).to(out.dtype)
         if self.interleave:
             gate_up = interleave_glu_rows(gate_up)
         self._install_weights(gate_up, down)
         out = self.mlp(rows, splits, probs.to(rows.dtype), splits)
         self._record_path()
         return out
+
+    def _ops_lack_recipe(self) -> bool:
+        from transformer_engine.pytorch.quantization import FP8GlobalStateManager
+
+        if not FP8GlobalStateManager.is_fp8_enabled():
+            return False
+        recipe = FP8GlobalStateManager.get_fp8_recipe()
+        on_hopper = self._device_info is not None and self._device_info.capability[0] == 9
+        return on_hopper and recipe.float8_block_scaling()
+
+    def _module_path(self, rows: Tensor, m_splits: list[int], gate_up: Tensor, down: Tensor) -> Tensor:
+        if not hasattr(self, "_fallback"):
+            self._fallback = TEGroupedLinearBackend()
+        fb = self._fallback
+        fb._ensure_built(rows, gate_up, down)
+        return fb.fc2(swiglu(fb.fc1(rows, m_splits, gate_up)), m_splits, down)
 
     def _record_path(self) -> None:
         """Which kernels ran: the fused CuTe GroupedMLP or the unfused ops (logged once)."""

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # The one-H200 quality run of issue #6 (MoE for the 5-minute budget, then the dense control on the
-# same number of steps), writing metrics under $1 (default results/quality/run). Needs the GPU
-# image's torch/lightning plus jsonargparse/pyfaidx/biopython on PYTHONPATH (.te/whl on the device).
+# remaining time), writing metrics under $1 (default results/quality/run). Needs the GPU image's
+# torch/lightning plus jsonargparse[signatures] (with docstring-parser and typeshed-client: without
+# them LightningCLI refuses to start), pyfaidx and biopython on PYTHONPATH. On the device machine:
+#   SITE=/tmp/site; python3 -m pip install -q --no-index --no-deps --target $SITE \
+#     .te/whl/{annotated,biopython,jsonargparse,pydantic,typing,pyfaidx}*.whl .whl/quality/*.whl
+#   PYTHONPATH=$SITE:$PWD BUDGET_END=$(( $(date +%s) + 515 )) bash results/quality/run_h200.sh $OUT
+# (.whl/quality/ = `pip download --no-deps -d .whl/quality docstring-parser typeshed-client`;
+#  carry [".te", ".whl", "data/large"]).
 set -uo pipefail
 OUT=${1:-results/quality/run}
 BUDGET_END=${BUDGET_END:-$(( $(date +%s) + 500 ))}   # wall-clock deadline for the whole script
@@ -9,6 +15,7 @@ PY=${PY:-python3}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 $PY -c "import torch, lightning; print('torch', torch.__version__, 'lightning', lightning.__version__)"
+$PY -c "from lightning.pytorch.cli import _JSONARGPARSE_SIGNATURES_AVAILABLE as ok; assert ok, ok" || exit 3
 
 start=$(date +%s)
 $PY cli.py markov data/large/ecoli536_NC_008253.fna.gz --max-order 8 --json "$OUT/markov.json" &

@@ -19,10 +19,14 @@ from biomoe.model import MoETransformer
 from biomoe.moe.dispatch import LocalDispatcher
 from biomoe.moe.experts import Experts, build_backend
 from biomoe.moe.router import TopKRouter
-from biomoe.te.availability import device_info
+from biomoe.te.availability import device_info, te_installed
 from biomoe.te.precision import PrecisionContext, resolve_precision, te_support_checker
 
-pytestmark = pytest.mark.gpu
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(not te_installed(), reason="needs Transformer Engine (pip install biomoe[te])"),
+]
 DEV = torch.device("cuda")
 BF16_TOL = 2e-2
 FP8_FWD_TOL, FP8_GRAD_TOL = 0.12, 0.2

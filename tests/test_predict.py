@@ -1,0 +1,100 @@
+"""FASTA scoring and zero-shot variant scoring with a tiny model on CPU."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from biomoe.cli import main as cli_main
+from biomoe.config import ModelConfig
+from biomoe.fasta import Genome
+from biomoe.inference import load_model, sequence_log_likelihood
+from biomoe.losses import masked_cross_entropy_sum
+from biomoe.model import MoETransformer
+from biomoe.tokenizer import BOS_ID, NucleotideTokenizer
+from biomoe.variants import Variant, score_variants
+from conftest import random_dna
+
+TOK = NucleotideTokenizer()
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
+                      ffn_hidden_size=32, init_std=0.3)  # large init: outputs depend visibly on context
+    model = MoETransformer(cfg)
+    path = tmp_path / "tiny.ckpt"
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                "hyper_parameters": {"config": cfg}}, path)
+    return path
+
+
+def test_per_base_scores_match_the_training_loss_and_are_causal(ckpt):
+    model = load_model(ckpt)
+    seq = random_dna(200, seed=1)
+    seq = seq[:50] + "NN" + seq[52:]
+    (scores,) = sequence_log_likelihood(model, [seq])
+    assert scores.shape == (200,) and np.isnan(scores[50:52]).all() and not np.isnan(scores[:50]).any()
+    labels = torch.from_numpy(TOK.encode(seq))[None]
+    inputs = torch.cat([torch.tensor([[BOS_ID]]), labels[:, :-1]], dim=1)
+    with torch.no_grad():
+        ce, n = masked_cross_entropy_sum(model(inputs).logits, labels, TOK.unambiguous_mask(labels))
+    assert -np.nansum(scores) == pytest.approx(float(ce), rel=1e-5) and int(n) == 198
+    changed = seq[:120] + ("A" if seq[120] != "A" else "C") + seq[121:]
+    (after,) = sequence_log_likelihood(model, [changed])
+    np.testing.assert_allclose(after[:120], scores[:120], rtol=1e-5, equal_nan=True)
+    assert np.abs(after[121:] - scores[121:]).max() > 1e-4
+
+
+def test_score_fasta_writes_table_and_per_base_arrays(ckpt, write_fasta, tmp_path):
+    fasta = write_fasta({"one": random_dna(300, 2), "two": random_dna(90, 3) + "NNNNNNNNNN"})
+    assert cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(tmp_path / "s"),
+                     "--window", "128", "--per-base"]) == 0
+    lines = (tmp_path / "s.tsv").read_text().splitlines()
+    assert lines[0].split("\t")[:3] == ["contig", "length", "scored_bases"]
+    rows = {line.split("\t")[0]: line.split("\t") for line in lines[1:]}
+    assert rows["one"][1:3] == ["300", "300"] and rows["two"][1:3] == ["100", "90"]
+    arrays = np.load(tmp_path / "s.npz")
+    assert float(rows["one"][3]) == pytest.approx(float(np.nansum(arrays["one"])), rel=1e-4)
+    bits = float(rows["two"][4])
+    assert bits == pytest.approx(-np.nansum(arrays["two"]) / math.log(2) / 90, rel=1e-4) and bits > 0
+
+
+def test_variant_llr_is_alt_minus_ref_over_a_centred_window(ckpt, write_fasta):
+    seq = random_dna(400, seed=4)
+    genome = Genome(write_fasta({"chr": seq}))
+    model = load_model(ckpt)
+    pos = 200  # 1-based
+    alt = "A" if seq[pos - 1] != "A" else "G"
+    edge = "C" if seq[4] != "C" else "T"
+    rows = score_variants(model, genome, [Variant("chr", pos, seq[pos - 1], alt), Variant("chr", 5, seq[4], edge)],
+                          window=100)
+    assert rows[0]["window_start"] == pos - 1 - 50 and rows[1]["window_start"] == 0  # clipped at the start
+    ref_win = seq[149:249]
+    alt_win = ref_win[:50] + alt + ref_win[51:]
+    ref_ll, alt_ll = sequence_log_likelihood(model, [ref_win, alt_win])
+    assert rows[0]["llr"] == pytest.approx(float(alt_ll.sum() - ref_ll.sum()), abs=1e-4)
+    assert abs(rows[0]["llr"]) > 1e-3
+
+
+def test_variant_table_cli_and_reference_mismatch_error(ckpt, write_fasta, tmp_path, capsys):
+    seq = random_dna(300, seed=5)
+    fasta = write_fasta({"chr": seq})
+    table = tmp_path / "v.tsv"
+    wrong = "A" if seq[99] != "A" else "C"
+    alt = "G" if seq[9] != "G" else "T"
+    table.write_text(f"contig\tposition\tref\talt\nchr\t10\t{seq[9]}\t{alt}\n")
+    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table),
+                     "--out", str(tmp_path / "o.tsv"), "--window", "64"]) == 0
+    out = (tmp_path / "o.tsv").read_text().splitlines()
+    assert len(out) == 2 and out[1].startswith(f"chr\t10\t{seq[9]}\t{alt}\t0\t")
+    table.write_text(f"chr\t10\t{seq[9]}\t{alt}\nchr\t100\t{wrong}\tT\n")
+    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table),
+                     "--out", str(tmp_path / "o2.tsv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"chr:100 {wrong}>T" in err and "does not match" in err
+    assert not (tmp_path / "o2.tsv").exists()

@@ -1,0 +1,145 @@
+"""Bad input and bad configs through the CLI: one line naming the file/key and the problem,
+non-zero exit, no traceback (unless --debug). Most cases run in-process through ``main()``;
+a few run ``python cli.py`` in a subprocess to prove what a user's terminal shows."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import biomoe.fasta as fasta_mod
+from biomoe.cli import main
+from conftest import random_dna
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "configs/tiny.yaml")
+GOOD = (">c1\n" + random_dna(2000, 1) + "\n").encode()
+
+
+def _error_line(stderr: str) -> str:
+    """The last stderr line; it must be the only ``error`` line and there must be no traceback."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert lines and lines[-1].startswith("biomoe: error: "), stderr[-3000:]
+    assert sum("error" in line.lower() for line in lines) == 1, stderr[-3000:]
+    return lines[-1]
+
+
+def _bad_file(tmp_path: Path, case: str) -> Path:
+    path = tmp_path / f"{case}.fa"
+    content = {
+        "binary": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00" * 10,
+        "fastq": b"@read1\nACGT\n+\nIIII\n",
+        "plain_text": b"hello world\n",
+        "empty": b"",
+        "zero_length": b">chr1\nACGT\n>empty\n>chr3\nAC\n",
+        "duplicate": b">chr1\nACGT\n>chr1\nAC\n",
+        "bad_char": b">chr1\nACGT\n>chr2\nACGTACGTAC\nACJT\n",
+        "all_n": b">chr1\n" + b"N" * 2000 + b"\n",
+        "too_short": b">a\nACGTACGT\n>b\nACGT\n",
+    }.get(case)
+    if case == "corrupt_gzip":
+        path = tmp_path / "corrupt.fa.gz"
+        content = gzip.compress(GOOD)[:-40]
+    if case != "missing":
+        path.write_bytes(content)
+    return path
+
+
+CASES = {
+    "missing": "no such file",
+    "binary": "binary",
+    "fastq": "FASTQ",
+    "plain_text": "does not start with '>'",
+    "empty": "empty",
+    "zero_length": "contig 'empty' has no sequence",
+    "duplicate": "duplicate contig name 'chr1'",
+    "bad_char": "contig 'chr2' has character 'J' outside IUPAC at position 13",
+    "corrupt_gzip": "corrupted gzip",
+    "all_n": "is the genome all N?",
+    "too_short": "every contig is shorter than seq_length",
+}
+
+
+def _fit_args(fasta: Path, tmp_path: Path) -> list[str]:
+    return ["fit", "--config", TINY, "--data.fasta", str(fasta), "--data.cache_dir", str(tmp_path / "cache"),
+            "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.logger", "false"]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_fasta_in_process(tmp_path: Path, capsys, case: str) -> None:
+    path = _bad_file(tmp_path, case)
+    assert main(_fit_args(path, tmp_path)) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert str(path) in line and CASES[case] in line
+
+
+def test_unreadable_path(tmp_path: Path, capsys, monkeypatch) -> None:
+    path = tmp_path / "locked.fa"
+    path.write_bytes(GOOD)
+    real_access = os.access  # as root chmod cannot make it unreadable; os.access is what Genome asks
+    monkeypatch.setattr(fasta_mod.os, "access", lambda p, m: False if Path(p) == path else real_access(p, m))
+    assert main(_fit_args(path, tmp_path)) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert str(path) in line and "permission denied" in line
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--model.config.top_k", "5"], "model.top_k=5 is larger than model.num_experts=4"),
+    (["--model.config.hidden_size", "30"], "model.hidden_size=30 is not divisible by model.num_heads=4"),
+    (["--model.config.num_kv_heads", "3"], "model.num_kv_heads=3 does not divide model.num_heads=4"),
+    (["--model.config.expert_backend", "warp"], "model.expert_backend='warp' is unknown"),
+    (["--model.config.precision", "fp3"], "precision 'fp3' is unknown"),
+    (["--trainer.strategy", "biomoe.parallel.strategy.ExpertParallelStrategy",
+      "--trainer.strategy.expert_parallel_size", "3", "--trainer.devices", "2"],
+     "expert_parallel_size=3 does not divide model.num_experts=4"),
+    (["--trainer.strategy", "biomoe.parallel.strategy.ExpertParallelStrategy",
+      "--trainer.strategy.expert_parallel_size", "4", "--trainer.devices", "2"],
+     "expert_parallel_size=4 does not divide the world size 2"),
+    (["--model.config.nope", "3"], "model.config: Option 'nope' is not accepted"),
+    (["--model.config.top_k", "two"], "model.config.top_k: Expected a <class 'int'>. Got value: two"),
+])
+def test_bad_config_in_process(tmp_path: Path, capsys, args: list[str], expected: str) -> None:
+    assert main(_fit_args(ROOT / "data/lambda_virus.fa.gz", tmp_path) + args) == 2
+    assert expected in _error_line(capsys.readouterr().err)
+
+
+def test_check_expert_parallel_helper() -> None:
+    from biomoe.config import ConfigError, check_expert_parallel
+
+    check_expert_parallel(8, 4, 8)
+    check_expert_parallel(8, 2, 8, data_parallel_replicate_size=2)
+    with pytest.raises(ConfigError, match="does not divide the world size 8 \\(devices x nodes / 2 replicas"):
+        check_expert_parallel(8, 8, 8, data_parallel_replicate_size=2)
+    with pytest.raises(ConfigError, match="data_parallel_replicate_size=3 does not divide the world size 8"):
+        check_expert_parallel(8, 1, 8, data_parallel_replicate_size=3)
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_subprocess_bad_char_one_line_and_debug_traceback(tmp_path: Path) -> None:
+    path = _bad_file(tmp_path, "bad_char")
+    result = _cli(*_fit_args(path, tmp_path))
+    assert result.returncode == 2
+    assert _error_line(result.stderr) == (f"biomoe: error: {path}: contig 'chr2' has character 'J' "
+                                          "outside IUPAC at position 13")
+    debug = _cli(*_fit_args(path, tmp_path), "--debug")
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "GenomeInputError" in debug.stderr
+
+
+def test_subprocess_nan_stop_is_one_line(tmp_path: Path) -> None:
+    """tiny.yaml carries NonFiniteGuard(stop): a NaN at step 3 ends the run with one line, exit 1."""
+    result = _cli(*_fit_args(ROOT / "data/lambda_virus.fa.gz", tmp_path), "--trainer.max_steps", "6",
+                  "--trainer.callbacks+", "helpers.recorder.PoisonForward", "--trainer.callbacks.step", "3",
+                  env={"PYTHONPATH": str(ROOT / "tests")})
+    assert result.returncode == 1, result.stderr[-3000:]
+    line = _error_line(result.stderr)
+    assert line.startswith("biomoe: error: step 3: non-finite loss, non-finite gradients in model.")
