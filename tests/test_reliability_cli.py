@@ -130,7 +130,7 @@ def test_subprocess_bad_char_one_line_and_debug_traceback(tmp_path: Path) -> Non
     result = _cli(*_fit_args(path, tmp_path))
     assert result.returncode == 2
     assert _error_line(result.stderr) == (f"biomoe: error: {path}: contig 'chr2' has character 'J' "
-                                          "outside IUPAC at position 13")
+                                          "outside IUPAC at position 13 (line 5)")
     debug = _cli(*_fit_args(path, tmp_path), "--debug")
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "GenomeInputError" in debug.stderr
 
