@@ -13,6 +13,7 @@ for p in $precisions; do
   timeout 150 python3 cli.py fit --config configs/dna-small.yaml --trainer.max_steps "$steps" \
     --trainer.limit_val_batches 2 --trainer.log_every_n_steps 5 --data.fasta "$fasta" \
     --data.seq_length 2048 --data.stride 1024 --model.config.precision "$p" \
+    --model.optim.fused false \
     > "$root.log" 2>&1; rc=$?
   grep -E "biomoe fast path|error|Error" "$root.log" | grep -v Warning | head -8
   python3 - "$root" "$rc" <<'PY'
