@@ -52,10 +52,19 @@ class BioMoEModule(L.LightningModule):
         """Let a strategy whose gradients live on several device meshes clip them itself
         (torch's ``clip_grad_norm_``, used by Lightning, cannot combine such DTensors)."""
         clip = getattr(self.trainer.strategy, "clip_gradients_across_meshes", None)
-        if clip is None:
-            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
-        else:
+        if clip is not None:
             clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        elif _clips_itself(self.trainer, optimizer, gradient_clip_val):
+            # Lightning's AMP plugin refuses to clip for fused AdamW, because with a GradScaler the
+            # fused kernel unscales inside step(). bf16 has no scaler: gradients are already true
+            # gradients, so clipping them here is exact.
+            params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            if gradient_clip_algorithm == "value":
+                torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+            else:
+                torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+        else:
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def forward(self, input_ids: Tensor):
         return self.model(input_ids)
@@ -187,6 +196,13 @@ class BioMoEModule(L.LightningModule):
         schedule = warmup_cosine(opt.warmup_steps, max(total, 1), opt.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _clips_itself(trainer: Any, optimizer: Any, clip_val: float | None) -> bool:
+    """True when a fused optimizer runs without a GradScaler, so we clip instead of Lightning."""
+    if not clip_val or not getattr(optimizer, "_step_supports_amp_scaling", False):
+        return False
+    return getattr(trainer.precision_plugin, "scaler", None) is None
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int, min_ratio: float):

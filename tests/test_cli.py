@@ -61,3 +61,16 @@ def test_print_config_works():
     result = run_cli("fit", "--config", str(ROOT / "configs/tiny.yaml"), "--print_config")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "expert_backend" in result.stdout and "seq_length" in result.stdout
+
+
+def test_fused_adamw_with_bf16_and_gradient_clipping(tmp_path):
+    """Lightning's AMP plugin refuses to clip for fused optimizers; our module clips itself (GPU default)."""
+    from biomoe.cli import main
+
+    code = main(["fit", "--config", str(ROOT / "configs/tiny.yaml"), "--model.optim.fused", "true",
+                 "--trainer.precision", "bf16-mixed", "--trainer.max_steps", "3",
+                 "--trainer.gradient_clip_val", "0.5",
+                 "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
+                 "--data.fasta", str(ROOT / "data/lambda_virus.fa.gz")])
+    assert code == 0
+    assert next(tmp_path.rglob("last.ckpt")).exists()
