@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -44,8 +45,15 @@ def _entry(rank: int, world: int, port: int, fn, args: tuple) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=90))
     try:
         fn(rank, world, *args)
+        dist.barrier()  # nobody tears gloo down while a peer is still mid-collective
     finally:
         dist.destroy_process_group()
+    # Skip interpreter teardown: gloo's background threads can abort ("terminate called without an
+    # active exception") while C++ statics are destroyed, turning a passed rank into a SIGABRT.
+    # Failures never reach this line: mp.spawn reports the exception raised above.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_ranks(world: int, fn, *args) -> None:
