@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Callable, ContextManager
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -64,20 +63,15 @@ def biomoe_config(shape: BenchShape, backend: str, precision: str = "bf16") -> M
     return ModelConfig(**kwargs)
 
 
-def precision_context(precision: str, config: ModelConfig) -> Callable[[], ContextManager]:
-    """The forward-only precision context biomoe's LightningModule uses (TE autocast for FP8)."""
-    if precision == "bf16":
-        return contextlib.nullcontext
-    from biomoe.te.precision import forward_context  # imported only when FP8 is asked for
-
-    return lambda: forward_context(config)
-
-
 def build_biomoe(shape: BenchShape, backend: str, precision: str, device: torch.device,
                  activation_checkpointing: bool = False, compile_blocks: bool = False) -> Contender:
     config = biomoe_config(shape, backend, precision)
     with torch.device(device):
         model = MoETransformer(config).to(torch.bfloat16)
+    # The same start-up as training: precision check, TE layers where available, `auto` resolved.
+    from biomoe.te.runtime import prepare
+
+    runtime = prepare(model, config, device, announce=print)
     if activation_checkpointing:
         from biomoe.activation_checkpointing import apply_activation_checkpointing
 
@@ -86,11 +80,10 @@ def build_biomoe(shape: BenchShape, backend: str, precision: str, device: torch.
         from biomoe.compile import apply_compile
 
         apply_compile(model)
-    context = precision_context(precision, config)
     coefs = (config.aux_loss_coef, config.z_loss_coef)
 
     def loss_fn(ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        with context():
+        with runtime.autocast():
             out = model(ids)
         mask = torch.ones_like(labels, dtype=torch.bool)
         return masked_cross_entropy(out.logits, labels, mask) + coefs[0] * out.aux_loss + coefs[1] * out.z_loss

@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             stats = run_variant(label, builder, shape, device, args.warmup, args.steps, ids, labels)
             stats.variant = label
             results.append(stats)
+            (out / "partial.json").write_text(json.dumps([r.as_dict() for r in results], indent=1))
             print(f"{shape.name:15s} {label:28s} {stats.status:6s} {stats.tokens_per_s:10.0f} tok/s "
                   f"{stats.tflops:6.0f} TFLOP/s peak {stats.peak_mem_gb:6.1f} GB loss {stats.final_loss:.3f}",
                   flush=True)
