@@ -41,6 +41,16 @@ class BioMoECLI(LightningCLI):
         install_markov_baseline(trainer)
         return trainer
 
+    def before_predict(self) -> None:
+        """``predict`` always writes its results: add a writer unless the config has one."""
+        from lightning.pytorch.callbacks import BasePredictionWriter
+
+        from biomoe.prediction_writer import WindowScoreWriter
+
+        if not any(isinstance(cb, BasePredictionWriter) for cb in self.trainer.callbacks):
+            out_dir = Path(self.trainer.default_root_dir) / "predictions"
+            self.trainer.callbacks.append(WindowScoreWriter(str(out_dir)))
+
     def before_fit(self) -> None:
         self._check_vocab()
         self._check_parallel()

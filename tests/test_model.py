@@ -69,3 +69,27 @@ def test_invalid_configs_fail_with_one_line(overrides, fragment):
     with pytest.raises(ConfigError, match=fragment) as info:
         tiny_config(**overrides)
     assert "\n" not in str(info.value)
+
+
+def test_activation_checkpointing_keeps_keys_loss_and_gradients():
+    from biomoe.activation_checkpointing import apply_activation_checkpointing
+
+    torch.manual_seed(0)
+    ids = torch.randint(4, 8, (2, 24))
+    labels, mask = ids.roll(-1, dims=1), torch.ones(2, 24, dtype=torch.bool)
+    plain = MoETransformer(tiny_config())
+    wrapped = MoETransformer(tiny_config())
+    wrapped.load_state_dict(plain.state_dict())
+    apply_activation_checkpointing(wrapped)
+    assert set(wrapped.state_dict()) == set(plain.state_dict())
+    losses = []
+    for model in (plain, wrapped):
+        out = model(ids)
+        loss = masked_cross_entropy(out.logits, labels, mask) + 0.01 * out.aux_loss + 0.001 * out.z_loss
+        loss.backward()
+        losses.append(loss.detach())
+    torch.testing.assert_close(losses[0], losses[1])
+    grads_plain = {n.replace("_checkpoint_wrapped_module.", ""): p.grad for n, p in plain.named_parameters()}
+    for name, param in wrapped.named_parameters():
+        torch.testing.assert_close(param.grad, grads_plain[name.replace("_checkpoint_wrapped_module.", "")],
+                                   rtol=1e-5, atol=1e-6, msg=name)

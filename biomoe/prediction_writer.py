@@ -1,0 +1,74 @@
+"""Writes ``cli.py predict`` results: per-window scores (TSV) and per-base log-likelihoods (npz).
+
+``predict`` scores the held-out windows of the configured genome (the DataModule's predict split).
+For whole FASTA files outside the training data use ``cli.py score-fasta``; for variants,
+``cli.py score-variants``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+
+
+class WindowScoreWriter(BasePredictionWriter):
+    """Collects ``predict_step`` outputs and writes ``window_scores.tsv`` and ``per_base_loglik.npz``.
+
+    TSV columns: window, contig, start (0-based), end, scored_bases (unambiguous A/C/G/T),
+    log_likelihood (nats, summed), bits_per_base. The npz holds one float32 array per window
+    (``w{index}``) with log p(base) in nats at each position, NaN where the base is not scored.
+    """
+
+    def __init__(self, output_dir: str = "predictions") -> None:
+        super().__init__(write_interval="epoch")
+        self.output_dir = Path(output_dir)
+
+    def write_on_epoch_end(self, trainer, pl_module, predictions: Sequence[Any],
+                           batch_indices: Sequence[Any]) -> None:
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        dataset = _predict_dataset(trainer)
+        rows, arrays = [], {}
+        flat_preds = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+        flat_idx = batch_indices[0] if batch_indices and isinstance(batch_indices[0], list) and \
+            batch_indices[0] and isinstance(batch_indices[0][0], list) else batch_indices
+        counter = 0
+        for batch_out, indices in zip(flat_preds, flat_idx or [None] * len(flat_preds)):
+            loglik = batch_out["log_likelihood"].float().cpu().numpy()
+            for row, values in enumerate(loglik):
+                index = int(indices[row]) if indices is not None else counter
+                counter += 1
+                scored = ~np.isnan(values)
+                total = float(np.nansum(values))
+                n = int(scored.sum())
+                contig, start, end = _window(dataset, index, values.shape[0])
+                rows.append({"window": index, "contig": contig, "start": start, "end": end,
+                             "scored_bases": n, "log_likelihood": f"{total:.4f}",
+                             "bits_per_base": f"{-total / n / math.log(2):.5f}" if n else "nan"})
+                arrays[f"w{index}"] = values.astype(np.float32)
+        rows.sort(key=lambda r: r["window"])
+        with open(self.output_dir / "window_scores.tsv", "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["window"], delimiter="\t")
+            writer.writeheader()
+            writer.writerows(rows)
+        np.savez_compressed(self.output_dir / "per_base_loglik.npz", **arrays)
+        print(f"predictions: {self.output_dir / 'window_scores.tsv'} ({len(rows)} windows), "
+              f"{self.output_dir / 'per_base_loglik.npz'}")
+
+
+def _predict_dataset(trainer) -> Any:
+    loaders = trainer.predict_dataloaders
+    loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+    return getattr(loader, "dataset", None)
+
+
+def _window(dataset: Any, index: int, length: int) -> tuple[str, int, int]:
+    if dataset is not None and hasattr(dataset, "window"):
+        name, start, end = dataset.window(index)
+        return str(name), int(start), int(end)
+    return "?", -1, -1
