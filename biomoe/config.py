@@ -78,23 +78,23 @@ class ModelConfig:
                     "num_experts", "top_k", "ffn_hidden_size")
         for name in positive:
             if getattr(self, name) <= 0:
-                raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
+                raise ConfigError(f"model.config.{name} must be positive, got {getattr(self, name)}")
         if self.top_k > self.num_experts:
             raise ConfigError(
-                f"model.top_k={self.top_k} is larger than model.num_experts={self.num_experts}")
+                f"model.config.top_k={self.top_k} is larger than model.config.num_experts={self.num_experts}")
         if self.hidden_size % self.num_heads:
-            raise ConfigError(f"model.hidden_size={self.hidden_size} is not divisible by "
-                              f"model.num_heads={self.num_heads}")
+            raise ConfigError(f"model.config.hidden_size={self.hidden_size} is not divisible by "
+                              f"model.config.num_heads={self.num_heads}")
         if self.num_heads % self.num_kv_heads:
-            raise ConfigError(f"model.num_kv_heads={self.num_kv_heads} does not divide "
-                              f"model.num_heads={self.num_heads}")
+            raise ConfigError(f"model.config.num_kv_heads={self.num_kv_heads} does not divide "
+                              f"model.config.num_heads={self.num_heads}")
         if self.head_dim % 2:
             raise ConfigError(f"head dimension {self.head_dim} must be even for rotary embeddings")
         for layer in self.moe_layer_ids:
             if not 0 <= layer < self.num_layers:
-                raise ConfigError(f"model.moe_layers contains {layer}, outside 0..{self.num_layers - 1}")
+                raise ConfigError(f"model.config.moe_layers contains {layer}, outside 0..{self.num_layers - 1}")
         if self.aux_loss_coef < 0 or self.z_loss_coef < 0:
-            raise ConfigError("model.aux_loss_coef and model.z_loss_coef must be >= 0")
+            raise ConfigError("model.config.aux_loss_coef and model.config.z_loss_coef must be >= 0")
         from biomoe.te.precision import parse_precision  # no TE import; name check only
 
         parse_precision(self.precision)
@@ -102,11 +102,11 @@ class ModelConfig:
             parse_precision(self.precision_fallback)
         for name in ("attention_backend", "norm_backend", "router_backend", "dispatch_backend"):
             if getattr(self, name) not in ("auto", "torch", "te"):
-                raise ConfigError(f"model.{name}={getattr(self, name)!r}; choose auto, torch or te")
+                raise ConfigError(f"model.config.{name}={getattr(self, name)!r}; choose auto, torch or te")
         from biomoe.moe.experts import known_backends  # local import: registry fills at import
 
         if self.expert_backend not in known_backends():
-            raise ConfigError(f"model.expert_backend={self.expert_backend!r} is unknown; "
+            raise ConfigError(f"model.config.expert_backend={self.expert_backend!r} is unknown; "
                               f"choose one of {', '.join(known_backends())}")
 
     def active_params_per_token(self) -> int:
@@ -139,7 +139,7 @@ def check_expert_parallel(num_experts: int, expert_parallel_size: int, world_siz
         raise ConfigError(f"expert_parallel_size={ep} and data_parallel_replicate_size={replicate} "
                           "must be >= 1")
     if num_experts % ep:
-        raise ConfigError(f"expert_parallel_size={ep} does not divide model.num_experts={num_experts}")
+        raise ConfigError(f"expert_parallel_size={ep} does not divide model.config.num_experts={num_experts}")
     if world_size % replicate:
         raise ConfigError(f"data_parallel_replicate_size={replicate} does not divide the world size "
                           f"{world_size} (devices x nodes)")

@@ -90,14 +90,14 @@ def test_unreadable_path(tmp_path: Path, capsys, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--model.config.top_k", "5"], "model.top_k=5 is larger than model.num_experts=4"),
-    (["--model.config.hidden_size", "30"], "model.hidden_size=30 is not divisible by model.num_heads=4"),
-    (["--model.config.num_kv_heads", "3"], "model.num_kv_heads=3 does not divide model.num_heads=4"),
-    (["--model.config.expert_backend", "warp"], "model.expert_backend='warp' is unknown"),
+    (["--model.config.top_k", "5"], "model.config.top_k=5 is larger than model.config.num_experts=4"),
+    (["--model.config.hidden_size", "30"], "model.config.hidden_size=30 is not divisible by model.config.num_heads=4"),
+    (["--model.config.num_kv_heads", "3"], "model.config.num_kv_heads=3 does not divide model.config.num_heads=4"),
+    (["--model.config.expert_backend", "warp"], "model.config.expert_backend='warp' is unknown"),
     (["--model.config.precision", "fp3"], "precision 'fp3' is unknown"),
     (["--trainer.strategy", "biomoe.parallel.strategy.ExpertParallelStrategy",
       "--trainer.strategy.expert_parallel_size", "3", "--trainer.devices", "2"],
-     "expert_parallel_size=3 does not divide model.num_experts=4"),
+     "expert_parallel_size=3 does not divide model.config.num_experts=4"),
     (["--trainer.strategy", "biomoe.parallel.strategy.ExpertParallelStrategy",
       "--trainer.strategy.expert_parallel_size", "4", "--trainer.devices", "2"],
      "expert_parallel_size=4 does not divide the world size 2"),

@@ -6,14 +6,13 @@ set -o pipefail
 steps=${1:-60}; shift || true
 precisions=${*:-bf16 fp8-current fp8-block fp8-delayed}
 fasta='[data/lambda_virus.fa.gz,data/yeast_chrI.fna.gz]'
-[ -f data/large/NC_008253.fna.gz ] && fasta='[data/large/NC_008253.fna.gz]'
+[ -f data/large/ecoli536_NC_008253.fna.gz ] && fasta='[data/large/ecoli536_NC_008253.fna.gz]'
 for p in $precisions; do
   root=runs/smoke-$p; mkdir -p runs
   echo "=== precision $p ==="
   timeout 150 python3 cli.py fit --config configs/dna-small.yaml --trainer.max_steps "$steps" \
     --trainer.limit_val_batches 2 --trainer.log_every_n_steps 5 --data.fasta "$fasta" \
     --data.seq_length 2048 --data.stride 1024 --model.config.precision "$p" \
-    --model.optim.fused false \
     > "$root.log" 2>&1; rc=$?
   grep -E "biomoe fast path|error|Error" "$root.log" | grep -v Warning | head -8
   python3 - "$root" "$rc" <<'PY'
