@@ -141,7 +141,8 @@ class BioMoEModule(L.LightningModule):
         restore_resume_state(self.model, checkpoint.get(CHECKPOINT_KEY))
 
     def log_expert_load(self) -> None:
-        """Per-layer expert load since the last call: fractions, max/mean ratio, normalised entropy."""
+        """Per-layer expert load since the last call: fractions, max/mean ratio, normalised entropy
+        of the load, and the mean normalised entropy of each token's routing distribution."""
         metrics: dict[str, float] = {}
         for layer_idx, block in enumerate(self.model.blocks):
             if not getattr(block, "is_moe", False):
@@ -156,6 +157,9 @@ class BioMoEModule(L.LightningModule):
             metrics[f"load/layer{layer_idx}/max_over_mean"] = float(frac.max() * num_experts)
             entropy = -(frac * torch.log(frac.clamp_min(1e-12))).sum() / math.log(num_experts)
             metrics[f"load/layer{layer_idx}/entropy"] = float(entropy)
+            router_entropy = router.mean_router_entropy()
+            if router_entropy is not None:
+                metrics[f"load/layer{layer_idx}/router_entropy"] = router_entropy
             router.reset_stats()
         if metrics:
             self.log_dict(metrics, rank_zero_only=True)

@@ -89,3 +89,17 @@ def test_expert_bias_changes_selection_not_weights_and_balances():
     # weights still come from the unbiased softmax (renormalised over k=1 -> exactly 1)
     torch.testing.assert_close(after.expert_weights, torch.ones(256, 1))
     assert router.expert_bias.abs().sum() > 0
+
+
+def test_router_entropy_statistic():
+    router = TopKRouter(8, 4, 2)
+    router.train()
+    with torch.no_grad():
+        router.gate.weight.zero_()  # uniform routing: normalised entropy exactly 1
+    router(torch.randn(10, 8))
+    assert router.mean_router_entropy() == pytest.approx(1.0, abs=1e-6)
+    router.reset_stats()
+    with torch.no_grad():
+        router.gate.weight.copy_(torch.eye(4, 8) * 50)  # one-hot-ish routing: entropy near 0
+    router(torch.eye(4, 8).repeat(3, 1))
+    assert router.mean_router_entropy() < 0.01

@@ -8,6 +8,7 @@ differences decide expert choice and bf16 rounding makes routing noisy.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -82,6 +83,8 @@ class TopKRouter(nn.Module):
                              persistent=False)
         self.register_buffer("routed_tokens", torch.zeros((), dtype=torch.float32),
                              persistent=False)
+        self.register_buffer("entropy_sum", torch.zeros(2, dtype=torch.float32), persistent=False)
+        """[Σ per-token router entropy (nats), tokens] for logging how decisive routing is."""
         self.stats_reducer = None
         """Optional callable(Tensor) -> Tensor that sums statistics over a process group.
 
@@ -116,6 +119,7 @@ class TopKRouter(nn.Module):
         aux = self._aux_loss(stats_probs, stats_counts, stats_tokens)
         z = router_z_loss(logits)
         self._accumulate(stats_counts, stats_probs, stats_tokens)
+        self._accumulate_entropy(probs)
         return RoutingResult(indices, weights, counts, probs, aux, z)
 
     def _global_stats(self, counts: Tensor, probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -149,7 +153,21 @@ class TopKRouter(nn.Module):
         self.routed_tokens += tokens.detach()
 
     @torch.no_grad()
+    def _accumulate_entropy(self, probs: Tensor) -> None:
+        if self.training and probs.shape[0] > 0:
+            entropy = -(probs * torch.log(probs.clamp_min(1e-20))).sum(-1)
+            self.entropy_sum += torch.stack([entropy.sum(), entropy.new_tensor(float(probs.shape[0]))])
+
+    @torch.no_grad()
+    def mean_router_entropy(self) -> float | None:
+        """Mean per-token entropy of the router's softmax, normalised by log(E) (1 = uniform)."""
+        if float(self.entropy_sum[1]) == 0:
+            return None
+        return float(self.entropy_sum[0] / self.entropy_sum[1]) / math.log(self.num_experts)
+
+    @torch.no_grad()
     def reset_stats(self) -> None:
+        self.entropy_sum.zero_()
         self.load_counts.zero_()
         self.prob_sums.zero_()
         self.routed_tokens.zero_()
