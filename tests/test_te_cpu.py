@@ -85,8 +85,8 @@ def test_alignment_table_matches_te_quantisation_tiles():
     (None, False, "bf16", "grouped"),
     (H200, False, "bf16", "grouped"),
     (H200, True, "bf16", "grouped"),
-    (H200, True, "fp8-current", "te"),
-    (H200, True, "fp8-delayed", "te"),
+    (H200, True, "fp8-current", "te_fused"),  # measured: te.ops path beats te GroupedLinear on H200
+    (H200, True, "fp8-delayed", "te_fused"),
     (B200, True, "mxfp8", "te_fused"),
     (B200, True, "fp8-current", "te"),
 ])

@@ -300,7 +300,9 @@ def choose_expert_backend(info: DeviceInfo | None, te_available: bool, precision
     ``torch._grouped_mm`` and TE bf16 grouped GEMMs both reach ≈650 TFLOP/s, and ``grouped`` needs
     no host sync, so bf16 → ``grouped``. TE FP8 (current/delayed) reaches ≈1000 TFLOP/s at 32k
     routed rows and ≈660–740 at 8k rows — never slower than bf16 — so an FP8 precision → ``te``
-    (the only way experts compute in FP8 at all). On Blackwell with MXFP8/NVFP4 the ops path
+    (the only way experts compute in FP8 at all); on Hopper the ``te.ops`` path (``te_fused``,
+    unfused there) measured faster end to end than ``te`` in ``make bench`` (results/bench/te-fp8),
+    so Hopper + FP8 → ``te_fused``. On Blackwell with MXFP8/NVFP4 the ops path
     fuses into one kernel → ``te_fused``. Without CUDA or TE → ``grouped`` (which itself falls
     back to the loop where ``_grouped_mm`` cannot run).
     """
@@ -314,6 +316,9 @@ def choose_expert_backend(info: DeviceInfo | None, te_available: bool, precision
                and hidden % 64 == 0 and ffn % 64 == 0)
     if fusable:
         return "te_fused", f"{precision} on sm_{info.capability[0]}{info.capability[1]}: fused GroupedMLP kernel"
+    if info.capability[0] == 9:
+        return "te_fused", (f"{precision} on Hopper: te.ops grouped MLP (unfused) measured fastest "
+                            "(mixtral-2layer, H200: fp8-current 74.6k vs 59.5k tokens/s for te)")
     return "te", f"{precision}: TE FP8 grouped GEMMs (~660-1000 TFLOP/s on H200 vs ~650 bf16)"
 
 
