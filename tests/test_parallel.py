@@ -82,9 +82,14 @@ def loss_of(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor, cfg
     return ce + cfg.aux_loss_coef * out.aux_loss + cfg.z_loss_coef * out.z_loss
 
 
-def build(cfg: ModelConfig, seed: int = 0, expert_bias: list[float] | None = None) -> MoETransformer:
+def build(cfg: ModelConfig, seed: int = 0, expert_bias: list[float] | None = None,
+          activation_checkpointing: bool = False) -> MoETransformer:
     torch.manual_seed(seed)
     model = MoETransformer(cfg)
+    if activation_checkpointing:  # applied before parallelize, as BioMoEModule.configure_model does
+        from biomoe.activation_checkpointing import apply_activation_checkpointing
+
+        apply_activation_checkpointing(model)
     if expert_bias is not None:
         for layer in model.moe_layers():
             layer.router.expert_bias.copy_(torch.tensor(expert_bias))
@@ -141,6 +146,17 @@ def _parity_two(rank: int, world: int) -> None:
 
 def test_ep2_matches_single_process():
     run_ranks(2, _parity_two)
+
+
+def _parity_two_checkpointed(rank: int, world: int) -> None:
+    grads = assert_parity(rank, world, tiny_config("grouped"), ParallelDims(1, 2, 2),
+                          activation_checkpointing=True)
+    assert any("_checkpoint_wrapped_module" in n for n in grads)
+
+
+def test_ep2_with_activation_checkpointing_matches_single_process():
+    """Recomputing blocks in backward re-runs the all-to-all dispatch: same loss and gradients."""
+    run_ranks(2, _parity_two_checkpointed)
 
 
 def _parity_four(rank: int, world: int) -> None:
