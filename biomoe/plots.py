@@ -37,6 +37,10 @@ def plot_training_curves(csv_path: str | Path, out_path: str | Path | None = Non
             steps, values = zip(*series[key])
             axes[0].plot(steps, values, label=label, marker="o" if label == "validation" else None)
     axes[0].axhline(2.0, color="grey", linestyle=":", label="uniform (2 bits)")
+    if "val/markov_bits_per_base" in series:
+        markov = series["val/markov_bits_per_base"][-1][1]
+        axes[0].axhline(markov, color="tab:green", linestyle="--", label=f"Markov baseline ({markov:.3f})")
+    _zoom_past_first_drop(axes[0], series)
     axes[0].set(xlabel="step", ylabel="bits per base", title="Loss")
     axes[0].legend()
     if "train/tokens_per_s" in series:
@@ -47,3 +51,13 @@ def plot_training_curves(csv_path: str | Path, out_path: str | Path | None = Non
     fig.savefig(out_path, dpi=110)
     plt.close(fig)
     return out_path
+
+
+def _zoom_past_first_drop(ax, series: dict[str, list[tuple[int, float]]]) -> None:
+    """Scale the y-axis to the curve after its first tenth, so the slow part stays readable."""
+    values = [v for key in ("train/bits_per_base", "val/bits_per_base", "val/markov_bits_per_base")
+              for v in (val for _, val in series.get(key, [])[len(series.get(key, [])) // 10:])]
+    if values:
+        low, high = min(values), max(max(values), 2.0)
+        pad = max((high - low) * 0.1, 0.01)
+        ax.set_ylim(low - pad, high + pad)
