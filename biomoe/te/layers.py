@@ -26,20 +26,28 @@ class TERMSNorm(nn.RMSNorm):
             return super().forward(x)
         te_norm = self.__dict__.get("_te_norm")
         if te_norm is None or te_norm.weight is not self.weight:
-            import transformer_engine.pytorch as te
-
-            eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
-            te_norm = te.RMSNorm(self.normalized_shape[-1], eps=eps, device=x.device,
-                                 dtype=self.weight.dtype)
-            te_norm.weight = self.weight  # share the Parameter: grads and optimizer see one tensor
-            self.__dict__["_te_norm"] = te_norm  # not a submodule: keeps state_dict keys unchanged
+            te_norm = self.build_te_norm(x.dtype)
         return te_norm(x)
+
+    def build_te_norm(self, dtype: torch.dtype | None = None):
+        """Create the TE module sharing our weight. Done at start-up where possible (see
+        :func:`use_te_norm`) because constructing a module inside a ``torch.compile``'d region fails."""
+        import transformer_engine.pytorch as te
+
+        eps = self.eps if self.eps is not None else torch.finfo(dtype or self.weight.dtype).eps
+        te_norm = te.RMSNorm(self.normalized_shape[-1], eps=eps, device=self.weight.device,
+                             dtype=self.weight.dtype)
+        te_norm.weight = self.weight  # share the Parameter: grads and optimizer see one tensor
+        self.__dict__["_te_norm"] = te_norm  # not a submodule: keeps state_dict keys unchanged
+        return te_norm
 
 
 def use_te_norm(norm: nn.RMSNorm) -> nn.RMSNorm:
-    """Convert in place (parameters untouched)."""
+    """Convert in place (parameters untouched); build the TE module now if the weight is on CUDA."""
     if type(norm) is nn.RMSNorm and len(norm.normalized_shape) == 1:
         norm.__class__ = TERMSNorm
+        if norm.weight is not None and norm.weight.is_cuda:
+            norm.build_te_norm()
     return norm
 
 
