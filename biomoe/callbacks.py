@@ -148,11 +148,15 @@ class RouterCollapseMonitor(L.Callback):
         self.warned: set[tuple[int, int]] = set()
         self._counts: dict[int, Tensor] = {}
         self._handles: list[Any] = []
+        self._last_checked_step = 0
+        """Global step of the last check: with gradient accumulation several micro-batches end at
+        the same global step, and each check must cover (and count as) one optimizer step."""
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # on_train_start, not on_fit_start: fast-path swaps of the router happen in the module's
         # on_fit_start, which runs after callbacks' on_fit_start.
         self._remove_hooks()
+        self._last_checked_step = trainer.global_step  # a resumed run has checked this step already
         model = getattr(pl_module, "model", pl_module)
         for idx, block in enumerate(getattr(model, "blocks", [])):
             router = getattr(getattr(block, "mlp", None), "router", None)
@@ -172,8 +176,10 @@ class RouterCollapseMonitor(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
-        if trainer.global_step % self.check_every_n_steps == 0 and self._counts:
-            self.check(trainer.global_step)
+        step = trainer.global_step
+        if step != self._last_checked_step and step % self.check_every_n_steps == 0 and self._counts:
+            self._last_checked_step = step
+            self.check(step)
 
     def check(self, step: int) -> list[tuple[int, int, float]]:
         """Update streaks from the counts since the last check; returns the new warnings."""

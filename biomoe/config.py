@@ -66,7 +66,9 @@ class ModelConfig:
 
     @property
     def moe_layer_ids(self) -> list[int]:
-        return list(range(self.num_layers)) if self.moe_layers is None else list(self.moe_layers)
+        """Sorted, without repeats: the model averages router losses over ``len()`` of this, so a
+        block listed twice in ``moe_layers`` must not count twice."""
+        return list(range(self.num_layers)) if self.moe_layers is None else sorted(set(self.moe_layers))
 
     @property
     def dense_ffn_size(self) -> int:

@@ -76,6 +76,11 @@ def variant_windows(genome: Genome, variant: Variant, window: int, source: str) 
     if actual != variant.ref:
         raise GenomeInputError(source, f"variant {variant.label()}: reference allele {variant.ref} does not match "
                                        f"the genome ({actual}) at {variant.contig}:{variant.position}")
+    if len(variant.ref) > window:
+        # The window must hold the whole substitution; otherwise the alt window would be spliced
+        # out of range and compared, at a different length, with the ref window.
+        raise GenomeInputError(source, f"variant {variant.label()}: {len(variant.ref)} bases do not fit in "
+                                       f"the scoring window of {window} bases (raise --window)")
     size = min(window, length)
     start = min(max(begin + len(variant.ref) // 2 - size // 2, 0), length - size)
     ref_seq = genome.fetch(variant.contig, start, start + size).upper()

@@ -58,6 +58,18 @@ def test_dense_layers_and_active_params():
     assert cfg.active_params_per_token() > 0
 
 
+def test_block_listed_twice_in_moe_layers_counts_once_in_router_losses():
+    """aux/z are averaged over the MoE blocks; a repeated index must not halve them."""
+    torch.manual_seed(0)
+    once = MoETransformer(tiny_config(moe_layers=[1]))
+    twice = MoETransformer(tiny_config(moe_layers=[1, 1]))
+    twice.load_state_dict(once.state_dict())
+    ids = torch.randint(0, 64, (2, 8))
+    a, b = once(ids), twice(ids)
+    torch.testing.assert_close(b.aux_loss, a.aux_loss)
+    torch.testing.assert_close(b.z_loss, a.z_loss)
+
+
 @pytest.mark.parametrize("overrides, fragment", [
     (dict(top_k=5), "top_k"),
     (dict(hidden_size=30), "not divisible"),

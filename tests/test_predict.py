@@ -10,6 +10,7 @@ import torch
 
 from biomoe.cli import main as cli_main
 from biomoe.config import ModelConfig
+from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome
 from biomoe.inference import load_model, sequence_log_likelihood
 from biomoe.losses import masked_cross_entropy_sum
@@ -79,6 +80,17 @@ def test_variant_llr_is_alt_minus_ref_over_a_centred_window(ckpt, write_fasta):
     ref_ll, alt_ll = sequence_log_likelihood(model, [ref_win, alt_win])
     assert rows[0]["llr"] == pytest.approx(float(alt_ll.sum() - ref_ll.sum()), abs=1e-4)
     assert abs(rows[0]["llr"]) > 1e-3
+
+
+def test_substitution_longer_than_the_window_is_refused(ckpt, write_fasta):
+    """A window shorter than the allele cannot hold it; scoring it anyway compared windows of
+    different lengths (a silently wrong llr)."""
+    seq = random_dna(200, seed=6)
+    genome = Genome(write_fasta({"chr": seq}))
+    ref = seq[99:105]
+    alt = "".join("A" if b != "A" else "C" for b in ref)
+    with pytest.raises(GenomeInputError, match="do not fit"):
+        score_variants(load_model(ckpt), genome, [Variant("chr", 100, ref, alt)], window=4)
 
 
 def test_variant_table_cli_and_reference_mismatch_error(ckpt, write_fasta, tmp_path, capsys):

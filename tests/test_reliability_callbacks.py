@@ -116,3 +116,17 @@ def test_router_collapse_streak_resets_when_expert_recovers() -> None:
         assert (warned == [(1, 3, 0.0)]) == (step == 2), (step, warned)
         assert len(caught) == (step == 2)
     assert monitor.streaks[1][3] == 1
+
+
+def test_router_collapse_checks_once_per_optimizer_step_under_gradient_accumulation() -> None:
+    """With accumulate_grad_batches=2 micro-batches end at global steps 0, 1, 1, 2, 2: patience
+    counts optimizer steps, not micro-batches (and step 0, before any update, is not a check)."""
+    monitor = RouterCollapseMonitor(threshold=0.1, patience=3, check_every_n_steps=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for global_step in [0, 1, 1, 2, 2]:
+            counts = torch.tensor([10.0, 10.0, 10.0, 0.0])
+            monitor._counts[0] = counts if 0 not in monitor._counts else monitor._counts[0] + counts
+            monitor.on_train_batch_end(SimpleNamespace(global_step=global_step), None, None, None, 0)
+    assert monitor.streaks[0][3] == 2  # two optimizer steps so far
+    assert not [w for w in caught if "router collapse" in str(w.message)]  # patience 3 not reached
