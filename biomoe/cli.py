@@ -41,8 +41,15 @@ class BioMoECLI(LightningCLI):
         install_markov_baseline(trainer)
         return trainer
 
+    def before_validate(self) -> None:
+        self._check_vocab()
+
+    def before_test(self) -> None:
+        self._check_vocab()
+
     def before_predict(self) -> None:
         """``predict`` always writes its results: add a writer unless the config has one."""
+        self._check_vocab()
         from lightning.pytorch.callbacks import BasePredictionWriter
 
         from biomoe.prediction_writer import WindowScoreWriter

@@ -52,13 +52,15 @@ class WindowScoreWriter(BasePredictionWriter):
                              "bits_per_base": f"{-total / n / math.log(2):.5f}" if n else "nan"})
                 arrays[f"w{index}"] = values.astype(np.float32)
         rows.sort(key=lambda r: r["window"])
-        with open(self.output_dir / "window_scores.tsv", "w", newline="") as handle:
+        # Under DDP each rank scores its own shard of windows: one file pair per rank.
+        suffix = f".rank{trainer.global_rank}" if trainer.world_size > 1 else ""
+        tsv, npz = self.output_dir / f"window_scores{suffix}.tsv", self.output_dir / f"per_base_loglik{suffix}.npz"
+        with open(tsv, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["window"], delimiter="\t")
             writer.writeheader()
             writer.writerows(rows)
-        np.savez_compressed(self.output_dir / "per_base_loglik.npz", **arrays)
-        print(f"predictions: {self.output_dir / 'window_scores.tsv'} ({len(rows)} windows), "
-              f"{self.output_dir / 'per_base_loglik.npz'}")
+        np.savez_compressed(npz, **arrays)
+        print(f"predictions: {tsv} ({len(rows)} windows), {npz}")
 
 
 def _predict_dataset(trainer) -> Any:
