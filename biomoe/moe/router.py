@@ -36,12 +36,19 @@ def load_balancing_loss(router_probs: Tensor, tokens_per_expert: Tensor, top_k: 
     and grows to E when one expert takes everything. ``f`` carries no gradient (it comes from a
     top-k); the gradient flows through ``P``.
     """
-    num_tokens, num_experts = router_probs.shape
-    if num_tokens == 0:
-        return router_probs.sum() * 0.0
-    f = tokens_per_expert.to(router_probs.dtype) / (num_tokens * top_k)
-    p = router_probs.mean(dim=0)
-    return num_experts * torch.sum(f * p)
+    tokens = torch.tensor(float(router_probs.shape[0]), device=router_probs.device)
+    return load_balancing_loss_from_sums(router_probs.sum(0), tokens_per_expert.to(router_probs.dtype),
+                                         tokens, top_k)
+
+
+def load_balancing_loss_from_sums(prob_sums: Tensor, counts: Tensor, tokens: Tensor, top_k: int) -> Tensor:
+    """:func:`load_balancing_loss` from per-expert sums, which may be reduced over ranks.
+
+    No host sync: zero tokens give zero counts and sums, hence a zero loss."""
+    denom = tokens.clamp_min(1.0)
+    f = counts / (denom * top_k)
+    p = prob_sums / denom
+    return prob_sums.shape[0] * torch.sum(f * p)
 
 
 def expert_counts(indices: Tensor, num_experts: int) -> Tensor:
@@ -136,13 +143,7 @@ class TopKRouter(nn.Module):
         return reduced[:e], prob_sums, reduced[2 * e]
 
     def _aux_loss(self, prob_sums: Tensor, counts: Tensor, tokens: Tensor) -> Tensor:
-        """Same formula as :func:`load_balancing_loss`, on (possibly globally reduced) sums.
-
-        No host sync: zero tokens give zero counts and sums, hence a zero loss."""
-        denom = tokens.clamp_min(1.0)
-        f = counts / (denom * self.top_k)
-        p = prob_sums / denom
-        return self.num_experts * torch.sum(f * p)
+        return load_balancing_loss_from_sums(prob_sums, counts, tokens, self.top_k)
 
     @torch.no_grad()
     def _accumulate(self, counts: Tensor, prob_sums: Tensor, tokens: Tensor) -> None:
