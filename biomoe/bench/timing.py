@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import statistics
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import torch
 
@@ -39,20 +40,34 @@ def free_memory() -> None:
     torch.cuda.reset_peak_memory_stats()
 
 
-def time_training(contender: Contender, shape: BenchShape, ids: torch.Tensor, labels: torch.Tensor,
-                  warmup: int, steps: int, lr: float = 1e-4) -> StepStats:
-    """Full training steps (forward, backward, AdamW step, zero_grad), each bracketed by CUDA events."""
+def make_train_step(contender: Contender, ids: torch.Tensor, labels: torch.Tensor,
+                    lr: float = 1e-4) -> Callable[[], torch.Tensor]:
+    """One full training step (forward, backward, AdamW step, zero_grad); returns the loss.
+
+    Timing and profiling both call this, so they measure the same work."""
     params = [p for p in contender.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, fused=contender.fused_adam or None)
+
+    def step() -> torch.Tensor:
+        loss = contender.loss_fn(ids, labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
+def time_training(contender: Contender, shape: BenchShape, ids: torch.Tensor, labels: torch.Tensor,
+                  warmup: int, steps: int, lr: float = 1e-4) -> StepStats:
+    """Full training steps, each bracketed by CUDA events."""
+    train_step = make_train_step(contender, ids, labels, lr)
     times: list[float] = []
     loss_value = float("nan")
     for step in range(warmup + steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        loss = contender.loss_fn(ids, labels)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = train_step()
         end.record()
         if step >= warmup:
             times.append((start, end))
@@ -63,7 +78,7 @@ def time_training(contender: Contender, shape: BenchShape, ids: torch.Tensor, la
     median_ms = statistics.median(elapsed)
     tokens_per_s = shape.tokens_per_step / (median_ms / 1e3)
     tflops = shape.flops_per_step() / (median_ms / 1e3) / 1e12
-    del optimizer
+    del train_step
     return StepStats(contender.name, shape.name, shape.seq, shape.micro_batch, steps, median_ms,
                      tokens_per_s, tflops, tflops / PEAK_BF16_TFLOPS,
                      torch.cuda.max_memory_allocated() / 2**30, loss_value)
