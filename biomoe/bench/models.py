@@ -52,22 +52,51 @@ def build_hf(shape: BenchShape, experts_impl: str, device: torch.device,
     return Contender(label + ("+fused-adamw" if fused_adam else ""), model, loss_fn, fused_adam=fused_adam)
 
 
-def biomoe_config(shape: BenchShape, backend: str, precision: str = "bf16") -> ModelConfig:
+@dataclass
+class ReferenceInit:
+    """The HF baseline's initial weights in biomoe's names, plus the HF settings that change the
+    math (RoPE base, norm epsilon). Every biomoe contender starts from these, so the loss columns
+    of HF and biomoe are comparable step by step (same start, same tokens, same optimizer)."""
+
+    state_dict: dict[str, torch.Tensor]
+    rope_theta: float
+    norm_eps: float
+
+
+def reference_init(shape: BenchShape, device: torch.device, seed: int = 0) -> ReferenceInit:
+    """Build the HF default model once with ``seed`` and keep its initial weights on the CPU."""
+    from biomoe.hf_export import from_hf_state_dict, model_config_from_hf
+
+    torch.manual_seed(seed)
+    hf = build_hf(shape, "grouped_mm", device).model
+    hf_cfg = model_config_from_hf(hf.config.to_dict())
+    state = {k: v.detach().to("cpu", copy=True) for k, v in hf.state_dict().items()}
+    del hf
+    converted = from_hf_state_dict(state, biomoe_config(shape, "grouped"))
+    return ReferenceInit(converted, hf_cfg.rope_theta, hf_cfg.norm_eps)
+
+
+def biomoe_config(shape: BenchShape, backend: str, precision: str = "bf16",
+                  init: ReferenceInit | None = None, **layer_backends: str) -> ModelConfig:
+    """``layer_backends``: e.g. ``norm_backend="torch"`` to take one TE component out (ablation)."""
     kwargs = dict(vocab_size=shape.vocab, hidden_size=shape.hidden, num_layers=shape.layers,
                   num_heads=shape.heads, num_kv_heads=shape.kv_heads, num_experts=shape.experts,
-                  top_k=shape.top_k, ffn_hidden_size=shape.ffn, expert_backend=backend)
-    if "precision" in ModelConfig.__dataclass_fields__:
-        kwargs["precision"] = precision
-    elif precision != "bf16":
-        raise RuntimeError("this biomoe build has no precision setting (TE path missing)")
+                  top_k=shape.top_k, ffn_hidden_size=shape.ffn, expert_backend=backend,
+                  precision=precision, **layer_backends)
+    if init is not None:
+        kwargs.update(rope_theta=init.rope_theta, norm_eps=init.norm_eps)
     return ModelConfig(**kwargs)
 
 
 def build_biomoe(shape: BenchShape, backend: str, precision: str, device: torch.device,
-                 activation_checkpointing: bool = False, compile_blocks: bool = False) -> Contender:
-    config = biomoe_config(shape, backend, precision)
+                 activation_checkpointing: bool = False, compile_blocks: bool = False,
+                 init: ReferenceInit | None = None, layer_backends: dict[str, str] | None = None,
+                 label: str | None = None) -> Contender:
+    config = biomoe_config(shape, backend, precision, init, **(layer_backends or {}))
     with torch.device(device):
         model = MoETransformer(config).to(torch.bfloat16)
+    if init is not None:
+        model.load_state_dict(init.state_dict)  # copies into the bf16 parameters
     # The same start-up as training: precision check, TE layers where available, `auto` resolved.
     from biomoe.te.runtime import prepare
 
@@ -89,4 +118,4 @@ def build_biomoe(shape: BenchShape, backend: str, precision: str, device: torch.
         return masked_cross_entropy(out.logits, labels, mask) + coefs[0] * out.aux_loss + coefs[1] * out.z_loss
 
     suffix = ("+ac" if activation_checkpointing else "") + ("+compile" if compile_blocks else "")
-    return Contender(f"biomoe-{backend}-{precision}{suffix}", model, loss_fn, fused_adam=True)
+    return Contender(label or f"biomoe-{backend}-{precision}{suffix}", model, loss_fn, fused_adam=True)

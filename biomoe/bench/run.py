@@ -16,11 +16,12 @@ from typing import Callable
 
 import torch
 
-from biomoe.bench.models import Contender, build_biomoe, build_hf
+from biomoe.bench.models import Contender, ReferenceInit, build_biomoe, build_hf, reference_init
 from biomoe.bench.shapes import SHAPES, BenchShape
 from biomoe.bench.timing import PEAK_BF16_TFLOPS, StepStats, free_memory, time_training
 
 PRECISIONS = ("bf16", "fp8-current", "fp8-block", "fp8-delayed")
+TE_LAYER_COMPONENTS = ("norm_backend", "attention_backend", "router_backend", "dispatch_backend")
 
 
 def te_available() -> bool:
@@ -31,8 +32,24 @@ def te_available() -> bool:
     return True
 
 
-def variants(args: argparse.Namespace) -> list[tuple[str, Callable[[BenchShape, torch.device], Contender]]]:
-    """(label, builder) for every contender this GPU and install can run."""
+def ablation_variants(init: ReferenceInit | None) -> list[tuple[str, Callable]]:
+    """biomoe grouped bf16 with the TE layer components switched on one at a time (and none):
+    locates a component that changes training, since all start from the same weights."""
+    all_torch = {c: "torch" for c in TE_LAYER_COMPONENTS}
+    out = [("biomoe-grouped-bf16[torch layers]",
+            lambda s, d: build_biomoe(s, "grouped", "bf16", d, init=init, layer_backends=all_torch))]
+    for component in TE_LAYER_COMPONENTS:
+        only = dict(all_torch, **{component: "te"})
+        label = f"biomoe-grouped-bf16[te {component.split('_')[0]} only]"
+        out.append((label, lambda s, d, o=only: build_biomoe(s, "grouped", "bf16", d, init=init,
+                                                              layer_backends=o)))
+    return out
+
+
+def variants(args: argparse.Namespace, init: ReferenceInit | None = None
+             ) -> list[tuple[str, Callable[[BenchShape, torch.device], Contender]]]:
+    """(label, builder) for every contender this GPU and install can run; biomoe ones start
+    from ``init`` (the HF baseline's initial weights) when given."""
     out: list = [("hf-default", lambda s, d: build_hf(s, "grouped_mm", d)),
                  ("hf-default+fused-adamw", lambda s, d: build_hf(s, "grouped_mm", d, fused_adam=True))]
     if not args.skip_hf_eager:
@@ -48,10 +65,12 @@ def variants(args: argparse.Namespace) -> list[tuple[str, Callable[[BenchShape, 
             if precision not in args.precisions.split(","):
                 continue
             out.append((f"biomoe-{backend}-{precision}",
-                        lambda s, d, b=backend, p=precision: build_biomoe(s, b, p, d)))
+                        lambda s, d, b=backend, p=precision: build_biomoe(s, b, p, d, init=init)))
     if args.compile:
         out.append(("biomoe-grouped-bf16+compile",
-                    lambda s, d: build_biomoe(s, "grouped", "bf16", d, compile_blocks=True)))
+                    lambda s, d: build_biomoe(s, "grouped", "bf16", d, compile_blocks=True, init=init)))
+    if args.layer_ablation and te_available():
+        out.extend(ablation_variants(init))
     return out
 
 
@@ -106,13 +125,14 @@ def seq_sweep(args, device) -> list[StepStats]:
 
 
 def markdown_table(rows: list[StepStats], baseline: StepStats | None) -> str:
-    lines = ["| variant | shape | seq×batch | tokens/s | vs HF default | TFLOP/s | MFU | peak GB | final loss | status |",
+    lines = ["| variant | shape | seq×batch | tokens/s | vs HF default | TFLOP/s | MFU | peak GB | first → final loss | status |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         ratio = r.tokens_per_s / baseline.tokens_per_s if baseline and baseline.tokens_per_s else float("nan")
+        first = r.losses[0] if r.losses else float("nan")
         lines.append(f"| {r.variant} | {r.shape} | {r.seq}×{r.micro_batch} | {r.tokens_per_s:,.0f} | "
                      f"{ratio:.2f}× | {r.tflops:.0f} | {r.mfu:.1%} | {r.peak_mem_gb:.1f} | "
-                     f"{r.final_loss:.3f} | {r.status} |")
+                     f"{first:.3f} → {r.final_loss:.3f} | {r.status} |")
     return "\n".join(lines)
 
 
@@ -157,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--skip-hf-eager", action="store_true")
     parser.add_argument("--compile", action="store_true", help="add a torch.compile'd biomoe variant")
+    parser.add_argument("--layer-ablation", action="store_true",
+                        help="add biomoe grouped-bf16 variants with each TE layer component alone")
+    parser.add_argument("--independent-init", action="store_true",
+                        help="let biomoe initialise its own weights instead of starting from HF's")
     parser.add_argument("--sweep", action="store_true", help="sequence-length sweep on dna-small")
     parser.add_argument("--sweep-start", type=int, default=8192)
     parser.add_argument("--sweep-max", type=int, default=524288)
@@ -178,14 +202,16 @@ def main(argv: list[str] | None = None) -> int:
     for shape_name in args.shapes.split(","):
         shape = SHAPES[shape_name]
         ids, labels = random_tokens(shape, device)
-        for label, builder in variants(args):
+        init = None if args.independent_init else reference_init(shape, device)
+        for label, builder in variants(args, init):
             stats = run_variant(label, builder, shape, device, args.warmup, args.steps, ids, labels)
             stats.variant = label
             results.append(stats)
             (out / "partial.json").write_text(json.dumps([r.as_dict() for r in results], indent=1))
             print(f"{shape.name:15s} {label:28s} {stats.status:6s} {stats.tokens_per_s:10.0f} tok/s "
-                  f"{stats.tflops:6.0f} TFLOP/s peak {stats.peak_mem_gb:6.1f} GB loss {stats.final_loss:.3f}",
-                  flush=True)
+                  f"{stats.tflops:6.0f} TFLOP/s peak {stats.peak_mem_gb:6.1f} GB loss "
+                  + " ".join(f"{v:.3f}" for v in stats.losses), flush=True)
+        del init
     if args.profile:
         from biomoe.bench.profile import profile_steps
 
@@ -213,8 +239,12 @@ def main(argv: list[str] | None = None) -> int:
             bar_chart(rows, out / f"bench-{shape_name}.png", f"{shape_name} on {report['environment']['gpu']}")
     if sweep:
         sections.append("### sequence-length sweep (dna-small, micro-batch 1)\n\n" + markdown_table(sweep, None))
+    start = ("every biomoe variant starts from the HF baseline's initial weights (converted)"
+             if not args.independent_init else "each model initialises its own weights")
     text = (f"GPU: {report['environment']['gpu']}; torch {torch.__version__}; "
-            f"MFU against {PEAK_BF16_TFLOPS:.0f} TFLOP/s.\n{BenchShape.FLOP_FORMULA}\n\n" + "\n\n".join(sections))
+            f"MFU against {PEAK_BF16_TFLOPS:.0f} TFLOP/s.\n{BenchShape.FLOP_FORMULA}\n"
+            f"Loss: the same random batch every step, lr 1e-4; {start}; biomoe's loss adds "
+            "0.01·aux + 0.001·z-loss, HF's is cross-entropy only.\n\n" + "\n\n".join(sections))
     (out / "bench.md").write_text(text + "\n")
     print("\n" + text)
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import torch
@@ -29,6 +29,8 @@ class StepStats:
     peak_mem_gb: float
     final_loss: float
     status: str = "ok"
+    losses: list[float] = field(default_factory=list)
+    """Training loss at every step, warm-up included (same batch each step, so it should fall)."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -62,18 +64,18 @@ def time_training(contender: Contender, shape: BenchShape, ids: torch.Tensor, la
                   warmup: int, steps: int, lr: float = 1e-4) -> StepStats:
     """Full training steps, each bracketed by CUDA events."""
     train_step = make_train_step(contender, ids, labels, lr)
-    times: list[float] = []
-    loss_value = float("nan")
+    times: list = []
+    losses: list[torch.Tensor] = []  # kept on the GPU until the end: no host sync inside the loop
     for step in range(warmup + steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         loss = train_step()
         end.record()
+        losses.append(loss.detach())
         if step >= warmup:
             times.append((start, end))
-        if step == warmup + steps - 1:
-            loss_value = float(loss.detach())
     torch.cuda.synchronize()
+    loss_values = [float(v) for v in losses]
     elapsed = [s.elapsed_time(e) for s, e in times]
     median_ms = statistics.median(elapsed)
     tokens_per_s = shape.tokens_per_step / (median_ms / 1e3)
@@ -81,4 +83,4 @@ def time_training(contender: Contender, shape: BenchShape, ids: torch.Tensor, la
     del train_step
     return StepStats(contender.name, shape.name, shape.seq, shape.micro_batch, steps, median_ms,
                      tokens_per_s, tflops, tflops / PEAK_BF16_TFLOPS,
-                     torch.cuda.max_memory_allocated() / 2**30, loss_value)
+                     torch.cuda.max_memory_allocated() / 2**30, loss_values[-1], losses=loss_values)

@@ -1,42 +1,54 @@
 #!/usr/bin/env bash
-# The one-H200 quality run of issue #6 (MoE for the 5-minute budget, then the dense control on the
-# remaining time), writing metrics under $1 (default results/quality/run). Needs the GPU image's
-# torch/lightning plus jsonargparse[signatures] (with docstring-parser and typeshed-client: without
-# them LightningCLI refuses to start), pyfaidx and biopython on PYTHONPATH. On the device machine:
-#   SITE=/tmp/site; python3 -m pip install -q --no-index --no-deps --target $SITE \
-#     .te/whl/{annotated,biopython,jsonargparse,pydantic,typing,pyfaidx}*.whl .whl/quality/*.whl
-#   PYTHONPATH=$SITE:$PWD BUDGET_END=$(( $(date +%s) + 515 )) bash results/quality/run_h200.sh $OUT
-# (.whl/quality/ = `pip download --no-deps -d .whl/quality docstring-parser typeshed-client`;
-#  carry [".te", ".whl", "data/large"]).
+# Issue #6 on one H200: the MoE run of configs/ecoli-quality.yaml (5-minute TimeBudget), then the
+# dense control (configs/ecoli-dense.yaml) on exactly the MoE run's tokens: same data order, same
+# number of steps (the MoE run's measured max_steps), TimeBudget removed. Also the Markov table.
+# Usage (repo root, GPU machine, after `source .te/setup.sh`; carry [".te", "data/large"]):
+#   bash results/quality/run_h200.sh OUT_DIR [MOE_CONFIG]
+# Env: MOE_TIMEOUT / DENSE_TIMEOUT (s) are hard guards; SKIP_DENSE=1 runs the MoE model only.
 set -uo pipefail
 OUT=${1:-results/quality/run}
-BUDGET_END=${BUDGET_END:-$(( $(date +%s) + 500 ))}   # wall-clock deadline for the whole script
+MOE_CONFIG=${2:-configs/ecoli-quality.yaml}
 PY=${PY:-python3}
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader -i "${CUDA_VISIBLE_DEVICES:-0}" || true
 $PY -c "import torch, lightning; print('torch', torch.__version__, 'lightning', lightning.__version__)"
 $PY -c "from lightning.pytorch.cli import _JSONARGPARSE_SIGNATURES_AVAILABLE as ok; assert ok, ok" || exit 3
+name=$(basename "$MOE_CONFIG" .yaml)
 
 start=$(date +%s)
-$PY cli.py markov data/large/ecoli536_NC_008253.fna.gz --max-order 8 --json "$OUT/markov.json" &
+$PY cli.py markov data/large/ecoli536_NC_008253.fna.gz --max-order 8 --json "$OUT/markov.json" > "$OUT/markov.log" 2>&1 &
 MARKOV_PID=$!
 
-t0=$(date +%s)
-$PY cli.py fit --config configs/ecoli-quality.yaml \
-  --trainer.default_root_dir "$OUT/moe" --trainer.logger.init_args.save_dir "$OUT/moe" 2>&1 | tee "$OUT/moe.log"
-t1=$(date +%s); echo "moe wall-clock (process) $((t1 - t0)) s"
-steps=$(grep -o 'max_steps=[0-9]*' "$OUT/moe.log" | tail -1 | cut -d= -f2)
-left=$(( BUDGET_END - $(date +%s) - 45 ))
-echo "moe max_steps=${steps:-?}; seconds left for dense: $left"
-if [ "$left" -gt 90 ]; then
-  # Dense control for the time that is left: its TimeBudget gets (left - start-up) seconds.
-  dense_budget=$(( left - 30 ))
-  sed "s/        seconds: 300/        seconds: $dense_budget/" configs/ecoli-dense.yaml > "$OUT/ecoli-dense-run.yaml"
-  guard=$(printf '00:00:%02d:%02d' $(((dense_budget + 20) / 60)) $(((dense_budget + 20) % 60)))
-  $PY cli.py fit --config "$OUT/ecoli-dense-run.yaml" --trainer.max_time "$guard" \
+timeout "${MOE_TIMEOUT:-420}" $PY cli.py fit --config "$MOE_CONFIG" \
+  --trainer.default_root_dir "$OUT/$name" --trainer.logger.init_args.save_dir "$OUT/$name" 2>&1 | tee "$OUT/$name.log"
+t1=$(date +%s); echo "moe wall-clock (process) $((t1 - start)) s"
+steps=$(grep -o 'max_steps=[0-9]*' "$OUT/$name.log" | tail -1 | cut -d= -f2)
+if [ -n "$steps" ] && [ -z "${SKIP_DENSE:-}" ]; then
+  # Dense control on the same tokens: the MoE run's step count, no TimeBudget.
+  $PY - "$steps" "$OUT/ecoli-dense-same-tokens.yaml" <<'PY'
+import sys, yaml
+steps, dest = int(sys.argv[1]), sys.argv[2]
+cfg = yaml.safe_load(open("configs/ecoli-dense.yaml"))
+cfg["trainer"]["callbacks"] = [c for c in cfg["trainer"]["callbacks"]
+                               if not c["class_path"].endswith("TimeBudget")]
+cfg["trainer"]["max_steps"] = steps
+cfg["trainer"]["max_time"] = None
+cfg["model"]["optim"]["max_steps"] = steps
+yaml.safe_dump(cfg, open(dest, "w"), sort_keys=False)
+print(f"dense control: max_steps={steps} (the MoE run's)")
+PY
+  timeout "${DENSE_TIMEOUT:-300}" $PY cli.py fit --config "$OUT/ecoli-dense-same-tokens.yaml" \
     --trainer.default_root_dir "$OUT/dense" --trainer.logger.init_args.save_dir "$OUT/dense" 2>&1 | tee "$OUT/dense.log"
-  t2=$(date +%s); echo "dense wall-clock (process) $((t2 - t1)) s (TimeBudget $dense_budget s, guard $guard)"
+  echo "dense wall-clock (process) $(( $(date +%s) - t1 )) s"
 fi
 wait $MARKOV_PID
 find "$OUT" -name "*.ckpt" -delete
+$PY - "$OUT" <<'PY'
+import csv, glob, sys
+for f in sorted(glob.glob(f"{sys.argv[1]}/**/metrics.csv", recursive=True)):
+    rows = list(csv.DictReader(open(f)))
+    val = [(r["step"], float(r["val/bits_per_base"]), r.get("val/markov_bits_per_base")) for r in rows
+           if r.get("val/bits_per_base")]
+    print(f, " ".join(f"{s}:{b:.4f}" for s, b, _ in val), "| markov", val[-1][2] if val else None)
+PY
 echo "total $(( $(date +%s) - start )) s"
