@@ -2,12 +2,12 @@
 # Device call A (nvidia-h200-x2), 2026-11-29. GPU 0: GPU tests, issue #3 acceptance fits, TE-layer
 # ablation bench. GPU 1: issue #6 quality run (MoE 5 min, dense on the same tokens).
 # run(kind=nvidia-h200-x2, carry=[".te","data/large"]):  source .te/setup.sh && bash results/gpu-calls/call-a.sh
-DEADLINE=$(( $(date +%s) + ${BUDGET_S:-570} ))
+DEADLINE=$(( $(date +%s) + ${BUDGET_S:-585} ))
 left() { echo $(( DEADLINE - $(date +%s) )); }
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
 (
   export CUDA_VISIBLE_DEVICES=1
-  MOE_TIMEOUT=390 DENSE_TIMEOUT=$(( $(left) - 400 )) bash results/quality/run_h200.sh "$OUT/quality" > "$OUT/quality.log" 2>&1
+  MOE_TIMEOUT=390 DEADLINE=$DEADLINE bash results/quality/run_h200.sh "$OUT/quality" > "$OUT/quality.log" 2>&1
 ) &
 GPU1=$!
 export CUDA_VISIBLE_DEVICES=0

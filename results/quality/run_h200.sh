@@ -4,7 +4,7 @@
 # number of steps (the MoE run's measured max_steps), TimeBudget removed. Also the Markov table.
 # Usage (repo root, GPU machine, after `source .te/setup.sh`; carry [".te", "data/large"]):
 #   bash results/quality/run_h200.sh OUT_DIR [MOE_CONFIG]
-# Env: MOE_TIMEOUT / DENSE_TIMEOUT (s) are hard guards; SKIP_DENSE=1 runs the MoE model only.
+# Env: MOE_TIMEOUT / DENSE_TIMEOUT (s) are hard guards (DEADLINE, epoch seconds, caps the dense run); SKIP_DENSE=1 runs the MoE model only.
 set -uo pipefail
 OUT=${1:-results/quality/run}
 MOE_CONFIG=${2:-configs/ecoli-quality.yaml}
@@ -37,7 +37,9 @@ cfg["model"]["optim"]["max_steps"] = steps
 yaml.safe_dump(cfg, open(dest, "w"), sort_keys=False)
 print(f"dense control: max_steps={steps} (the MoE run's)")
 PY
-  timeout "${DENSE_TIMEOUT:-300}" $PY cli.py fit --config "$OUT/ecoli-dense-same-tokens.yaml" \
+  dense_timeout=${DENSE_TIMEOUT:-300}
+  [ -n "${DEADLINE:-}" ] && dense_timeout=$(( DEADLINE - $(date +%s) - 5 ))
+  timeout "$dense_timeout" $PY cli.py fit --config "$OUT/ecoli-dense-same-tokens.yaml" \
     --trainer.default_root_dir "$OUT/dense" --trainer.logger.init_args.save_dir "$OUT/dense" 2>&1 | tee "$OUT/dense.log"
   echo "dense wall-clock (process) $(( $(date +%s) - t1 )) s"
 fi
