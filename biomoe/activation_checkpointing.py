@@ -12,7 +12,11 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 
 
 def apply_activation_checkpointing(model: nn.Module) -> nn.Module:
-    """Wrap every block of ``model.blocks`` in a non-reentrant checkpoint wrapper (in place)."""
+    """Wrap every block of ``model.blocks`` in a non-reentrant checkpoint wrapper (in place).
+
+    The RNG state is saved and replayed only when a block draws random numbers (dropout), so
+    that the recomputation sees the forward's masks; otherwise saving it is wasted work."""
     for index, block in enumerate(model.blocks):
-        model.blocks[index] = checkpoint_wrapper(block, preserve_rng_state=False)
+        random = any(isinstance(m, nn.Dropout) and m.p > 0 for m in block.modules())
+        model.blocks[index] = checkpoint_wrapper(block, preserve_rng_state=random)
     return model

@@ -56,6 +56,9 @@ class ModelConfig:
     """auto | torch | te (TE moe_permute/unpermute); auto = TE where usable."""
     init_std: float = 0.02
     tie_embeddings: bool = False
+    dropout: float = 0.0
+    """Residual dropout on each block's attention and MLP outputs (training only). A regulariser
+    for small genomes, where a model sees every base many times and starts to memorise."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -95,6 +98,8 @@ class ModelConfig:
         for layer in self.moe_layer_ids:
             if not 0 <= layer < self.num_layers:
                 raise ConfigError(f"model.config.moe_layers contains {layer}, outside 0..{self.num_layers - 1}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.config.dropout={self.dropout} must be in [0, 1)")
         if self.aux_loss_coef < 0 or self.z_loss_coef < 0:
             raise ConfigError("model.config.aux_loss_coef and model.config.z_loss_coef must be >= 0")
         from biomoe.te.precision import parse_precision  # no TE import; name check only

@@ -103,11 +103,12 @@ class Block(nn.Module):
             self.mlp: nn.Module = MoELayer(router, experts)
         else:
             self.mlp = DenseMLP(cfg.hidden_size, cfg.dense_ffn_size)
+        self.residual_dropout = nn.Dropout(cfg.dropout)  # identity when p = 0 or in eval mode
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        x = x + self.attn(self.attn_norm(x), cos, sin)
+        x = x + self.residual_dropout(self.attn(self.attn_norm(x), cos, sin))
         mlp_out, aux, z = self.mlp(self.mlp_norm(x))
-        return x + mlp_out, aux, z
+        return x + self.residual_dropout(mlp_out), aux, z
 
 
 class MoETransformer(nn.Module):

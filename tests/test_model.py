@@ -76,6 +76,7 @@ def test_block_listed_twice_in_moe_layers_counts_once_in_router_losses():
     (dict(num_kv_heads=3), "num_kv_heads"),
     (dict(expert_backend="magic"), "unknown"),
     (dict(moe_layers=[7]), "moe_layers"),
+    (dict(dropout=1.0), "dropout"),
 ])
 def test_invalid_configs_fail_with_one_line(overrides, fragment):
     with pytest.raises(ConfigError, match=fragment) as info:
@@ -105,3 +106,37 @@ def test_activation_checkpointing_keeps_keys_loss_and_gradients():
     for name, param in wrapped.named_parameters():
         torch.testing.assert_close(param.grad, grads_plain[name.replace("_checkpoint_wrapped_module.", "")],
                                    rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_residual_dropout_acts_in_training_only():
+    """Training: two forwards differ (random masks). Eval: the same function as dropout=0."""
+    torch.manual_seed(0)
+    with_dropout = MoETransformer(tiny_config(dropout=0.3))
+    plain = MoETransformer(tiny_config())
+    plain.load_state_dict(with_dropout.state_dict())  # dropout adds no parameters or keys
+    ids = torch.randint(4, 8, (2, 16))
+    with_dropout.train()
+    assert not torch.allclose(with_dropout(ids).logits, with_dropout(ids).logits)
+    with_dropout.eval(), plain.eval()
+    torch.testing.assert_close(with_dropout(ids).logits, plain(ids).logits)
+
+
+def test_dropout_masks_replay_under_activation_checkpointing():
+    """Recomputation in backward must reuse the forward's dropout masks, or gradients are wrong."""
+    from biomoe.activation_checkpointing import apply_activation_checkpointing
+
+    torch.manual_seed(0)
+    ref = MoETransformer(tiny_config(dropout=0.3))
+    ckpt = MoETransformer(tiny_config(dropout=0.3))
+    ckpt.load_state_dict(ref.state_dict())
+    apply_activation_checkpointing(ckpt)
+    ids = torch.randint(4, 8, (2, 16))
+    grads = []
+    for model in (ref, ckpt):
+        torch.manual_seed(1)  # same masks in both forwards
+        model(ids).logits.float().pow(2).mean().backward()
+        grads.append({n.replace("_checkpoint_wrapped_module.", ""): p.grad.clone()
+                      for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-6)

@@ -4,7 +4,7 @@
 # number of steps (the MoE run's measured max_steps), TimeBudget removed. Also the Markov table.
 # Usage (repo root, GPU machine, after `source .te/setup.sh`; carry [".te", "data/large"]):
 #   bash results/quality/run_h200.sh OUT_DIR [MOE_CONFIG]
-# Env: MOE_TIMEOUT / DENSE_TIMEOUT (s) are hard guards (DEADLINE, epoch seconds, caps the dense run); SKIP_DENSE=1 runs the MoE model only.
+# Env: EXTRA_ARGS (e.g. "--model.config.dropout 0.1") go to both fits; MOE_TIMEOUT / DENSE_TIMEOUT (s) are hard guards (DEADLINE, epoch seconds, caps the dense run); SKIP_DENSE=1 runs the MoE model only.
 set -uo pipefail
 OUT=${1:-results/quality/run}
 MOE_CONFIG=${2:-configs/ecoli-quality.yaml}
@@ -20,7 +20,7 @@ $PY cli.py markov data/large/ecoli536_NC_008253.fna.gz --max-order 8 --json "$OU
 MARKOV_PID=$!
 
 timeout "${MOE_TIMEOUT:-420}" $PY cli.py fit --config "$MOE_CONFIG" \
-  --trainer.default_root_dir "$OUT/$name" --trainer.logger.init_args.save_dir "$OUT/$name" 2>&1 | tee "$OUT/$name.log"
+  --trainer.default_root_dir "$OUT/$name" --trainer.logger.init_args.save_dir "$OUT/$name" ${EXTRA_ARGS:-} 2>&1 | tee "$OUT/$name.log"
 t1=$(date +%s); echo "moe wall-clock (process) $((t1 - start)) s"
 steps=$(grep -o 'max_steps=[0-9]*' "$OUT/$name.log" | tail -1 | cut -d= -f2)
 if [ -n "$steps" ] && [ -z "${SKIP_DENSE:-}" ]; then
@@ -40,7 +40,7 @@ PY
   dense_timeout=${DENSE_TIMEOUT:-300}
   [ -n "${DEADLINE:-}" ] && dense_timeout=$(( DEADLINE - $(date +%s) - 5 ))
   timeout "$dense_timeout" $PY cli.py fit --config "$OUT/ecoli-dense-same-tokens.yaml" \
-    --trainer.default_root_dir "$OUT/dense" --trainer.logger.init_args.save_dir "$OUT/dense" 2>&1 | tee "$OUT/dense.log"
+    --trainer.default_root_dir "$OUT/dense" --trainer.logger.init_args.save_dir "$OUT/dense" ${EXTRA_ARGS:-} 2>&1 | tee "$OUT/dense.log"
   echo "dense wall-clock (process) $(( $(date +%s) - t1 )) s"
 fi
 wait $MARKOV_PID
