@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue #6 on one H200: the MoE run of configs/ecoli-quality.yaml (5-minute TimeBudget), then the
-# dense control (configs/ecoli-dense.yaml) on exactly the MoE run's tokens: same data order, same
-# number of steps (the MoE run's measured max_steps), TimeBudget removed. Also the Markov table.
+# Issue #6 on one H200: an MoE run (default configs/ecoli-quality.yaml), then its dense control on
+# exactly the MoE run's tokens: the same config with dense MLPs of the same active width, the same
+# data order and number of steps (the "max_steps=N" the MoE run printed). Also the Markov table.
 # Usage (repo root, GPU machine, after `source .te/setup.sh`; carry [".te", "data/large"]):
 #   bash results/quality/run_h200.sh OUT_DIR [MOE_CONFIG]
-# Env: EXTRA_ARGS (e.g. "--model.config.dropout 0.1") go to both fits; MOE_TIMEOUT / DENSE_TIMEOUT (s) are hard guards (DEADLINE, epoch seconds, caps the dense run); SKIP_DENSE=1 runs the MoE model only.
+# Env: EXTRA_ARGS (e.g. "--model.config.dropout 0.1") go to both fits; MOE_TIMEOUT / DENSE_TIMEOUT (s) are hard guards (DEADLINE, epoch seconds, caps the dense run); SKIP_DENSE=1 runs the MoE model only; SKIP_MARKOV=1 skips the table.
 set -uo pipefail
 OUT=${1:-results/quality/run}
 MOE_CONFIG=${2:-configs/ecoli-quality.yaml}
@@ -16,34 +16,38 @@ $PY -c "from lightning.pytorch.cli import _JSONARGPARSE_SIGNATURES_AVAILABLE as 
 name=$(basename "$MOE_CONFIG" .yaml)
 
 start=$(date +%s)
-$PY cli.py markov data/large/ecoli536_NC_008253.fna.gz --max-order 8 --json "$OUT/markov.json" > "$OUT/markov.log" 2>&1 &
-MARKOV_PID=$!
+MARKOV_PID=
+[ -z "${SKIP_MARKOV:-}" ] && { $PY cli.py markov data/large/ecoli536_NC_008253.fna.gz --max-order 8 \
+  --json "$OUT/markov.json" > "$OUT/markov.log" 2>&1 & MARKOV_PID=$!; }
 
 timeout "${MOE_TIMEOUT:-420}" $PY cli.py fit --config "$MOE_CONFIG" \
   --trainer.default_root_dir "$OUT/$name" --trainer.logger.init_args.save_dir "$OUT/$name" ${EXTRA_ARGS:-} 2>&1 | tee "$OUT/$name.log"
 t1=$(date +%s); echo "moe wall-clock (process) $((t1 - start)) s"
 steps=$(grep -o 'max_steps=[0-9]*' "$OUT/$name.log" | tail -1 | cut -d= -f2)
 if [ -n "$steps" ] && [ -z "${SKIP_DENSE:-}" ]; then
-  # Dense control on the same tokens: the MoE run's step count, no TimeBudget.
-  $PY - "$steps" "$OUT/ecoli-dense-same-tokens.yaml" <<'PY'
+  # Dense control on the same tokens: the MoE config with dense MLPs of top_k x ffn width (the same
+  # active parameters per token), the MoE run's step count, no TimeBudget.
+  $PY - "$MOE_CONFIG" "$steps" "$OUT/dense-same-tokens.yaml" <<'PY'
 import sys, yaml
-steps, dest = int(sys.argv[1]), sys.argv[2]
-cfg = yaml.safe_load(open("configs/ecoli-dense.yaml"))
+src, steps, dest = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+cfg = yaml.safe_load(open(src))
+model = cfg["model"]["config"]
+model["moe_layers"] = []
+model["dense_ffn_hidden_size"] = model["top_k"] * model["ffn_hidden_size"]
 cfg["trainer"]["callbacks"] = [c for c in cfg["trainer"]["callbacks"]
                                if not c["class_path"].endswith("TimeBudget")]
 cfg["trainer"]["max_steps"] = steps
 cfg["trainer"]["max_time"] = None
-cfg["model"]["optim"]["max_steps"] = steps
 yaml.safe_dump(cfg, open(dest, "w"), sort_keys=False)
-print(f"dense control: max_steps={steps} (the MoE run's)")
+print(f"dense control: max_steps={steps} (the MoE run's), dense_ffn_hidden_size={model['dense_ffn_hidden_size']}")
 PY
   dense_timeout=${DENSE_TIMEOUT:-300}
   [ -n "${DEADLINE:-}" ] && dense_timeout=$(( DEADLINE - $(date +%s) - 5 ))
-  timeout "$dense_timeout" $PY cli.py fit --config "$OUT/ecoli-dense-same-tokens.yaml" \
+  timeout "$dense_timeout" $PY cli.py fit --config "$OUT/dense-same-tokens.yaml" \
     --trainer.default_root_dir "$OUT/dense" --trainer.logger.init_args.save_dir "$OUT/dense" ${EXTRA_ARGS:-} 2>&1 | tee "$OUT/dense.log"
   echo "dense wall-clock (process) $(( $(date +%s) - t1 )) s"
 fi
-wait $MARKOV_PID
+[ -n "$MARKOV_PID" ] && wait $MARKOV_PID
 find "$OUT" -name "*.ckpt" -delete
 $PY - "$OUT" <<'PY'
 import csv, glob, sys
