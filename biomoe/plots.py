@@ -61,3 +61,42 @@ def _zoom_past_first_drop(ax, series: dict[str, list[tuple[int, float]]]) -> Non
         low, high = min(values), max(max(values), 2.0)
         pad = max((high - low) * 0.1, 0.01)
         ax.set_ylim(low - pad, high + pad)
+
+
+def plot_validation_comparison(runs: dict[str, str | Path], out_path: str | Path,
+                               references: dict[str, float] | None = None,
+                               metric: str = "val/bits_per_base",
+                               title: str = "Held-out bits per base") -> Path | None:
+    """One line per run (``label -> metrics.csv``) of ``metric`` over steps, with horizontal
+    reference lines (e.g. a Markov baseline or a published number). Comparing several runs on
+    one axis is where over-fitting (a curve that turns up) is seen at a glance."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(13, 5))
+    plotted: list[float] = []
+    for label, csv_path in runs.items():
+        points = read_metrics(csv_path).get(metric, [])
+        if not points:
+            raise ValueError(f"{csv_path}: no {metric!r} values to plot")
+        steps, values = zip(*points)
+        ax.plot(steps, values, marker=".", label=f"{label} (last {values[-1]:.3f})")
+        plotted.extend(values[len(values) // 10:])
+    for (label, value), style in zip((references or {}).items(), ("--", ":", "-.", (0, (5, 1)))):
+        ax.axhline(value, color="grey", linestyle=style, label=f"{label} ({value:.3f})")
+        plotted.append(value)
+    if plotted:
+        low, high = min(plotted), max(plotted)
+        pad = 0.05 * (high - low or 1.0)
+        ax.set_ylim(low - pad, high + pad)
+    ax.set(xlabel="step", ylabel=metric, title=title)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: curves stay visible
+    fig.tight_layout()
+    out_path = Path(out_path)
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return out_path

@@ -301,8 +301,8 @@ def choose_expert_backend(info: DeviceInfo | None, te_available: bool, precision
     no host sync, so bf16 → ``grouped``. TE FP8 (current/delayed) reaches ≈1000 TFLOP/s at 32k
     routed rows and ≈660–740 at 8k rows — never slower than bf16 — so an FP8 precision → ``te``
     (the only way experts compute in FP8 at all); on Hopper the ``te.ops`` path (``te_fused``,
-    unfused there) measured faster end to end than ``te`` in ``make bench`` (results/bench/te-fp8),
-    so Hopper + FP8 → ``te_fused``. On Blackwell with MXFP8/NVFP4 the ops path
+    unfused there) measured faster end to end than ``te`` for all three FP8 recipes in ``make bench``
+    on mixtral-2layer (results/bench/bench.md), so Hopper + FP8 → ``te_fused``. On Blackwell with MXFP8/NVFP4 the ops path
     fuses into one kernel → ``te_fused``. Without CUDA or TE → ``grouped`` (which itself falls
     back to the loop where ``_grouped_mm`` cannot run).
     """
@@ -318,7 +318,8 @@ def choose_expert_backend(info: DeviceInfo | None, te_available: bool, precision
         return "te_fused", f"{precision} on sm_{info.capability[0]}{info.capability[1]}: fused GroupedMLP kernel"
     if info.capability[0] == 9:
         return "te_fused", (f"{precision} on Hopper: te.ops grouped MLP (unfused) measured fastest "
-                            "(mixtral-2layer, H200: fp8-current 74.6k vs 59.5k tokens/s for te)")
+                            "(make bench, mixtral-2layer, H200: 71.5k/74.6k/75.7k tokens/s vs te's "
+                            "67.6k/73.3k/74.1k for fp8-current/block/delayed)")
     return "te", f"{precision}: TE FP8 grouped GEMMs (~660-1000 TFLOP/s on H200 vs ~650 bf16)"
 
 

@@ -1,0 +1,26 @@
+"""Redraw results/quality/validation.png from the committed metrics (run from the repo root):
+    python results/quality/make_figure.py
+"""
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))  # the repository root, when biomoe is not installed
+
+from biomoe.plots import plot_validation_comparison  # noqa: E402
+RUNS = {
+    "MoE, ecoli-quality (1,200 steps, dropout 0.1)": "ecoli-quality",
+    "dense, same tokens": "ecoli-quality-dense",
+    "MoE, ecoli-long (1,800 steps, dropout 0.2)": "ecoli-long",
+    "dense, same tokens as ecoli-long": "ecoli-long-dense",
+    "MoE, 300 s TimeBudget = 2,400 steps, dropout 0.1": "timebudget300s-dropout0.1",
+}
+REFERENCES = {"transformers Mixtral, 5 min (issue #6)": 1.853, "order-7 Markov (best k)": 1.9358,
+              "target": 1.80}
+
+if __name__ == "__main__":
+    out = plot_validation_comparison({label: HERE / run / "metrics.csv" for label, run in RUNS.items()},
+                                     HERE / "validation.png", REFERENCES,
+                                     title="E. coli 536, last 10% of the chromosome held out (one H200)")
+    print(out)
