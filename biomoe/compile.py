@@ -12,7 +12,11 @@ from torch import nn
 
 
 def apply_compile(model: nn.Module, **compile_kwargs) -> nn.Module:
-    """Replace every entry of ``model.blocks`` by its compiled version (in place)."""
-    for index, block in enumerate(model.blocks):
-        model.blocks[index] = torch.compile(block, **compile_kwargs)
+    """Compile every block of ``model.blocks`` in place.
+
+    ``nn.Module.compile`` (not ``torch.compile(block)``) keeps the module object and its
+    state_dict keys, so checkpoints stay interchangeable with uncompiled runs. Compilation is lazy:
+    it happens at the first forward, after the TE fast path has swapped its layers in."""
+    for block in model.blocks:
+        block.compile(**compile_kwargs)
     return model
