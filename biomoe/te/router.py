@@ -5,7 +5,7 @@ matmul, never quantised), then TE's ``fused_topk_with_score_function`` does soft
 renormalisation in one kernel, and ``fused_compute_score_for_moe_aux_loss`` / ``fused_moe_aux_loss``
 compute the Switch load-balancing loss. Top-k *then* softmax over the k logits
 (``use_pre_softmax=False``) is exactly softmax → top-k → renormalise, which is what the torch
-router does. The z-loss, statistics and bias update are inherited unchanged.
+router does. The z-loss, statistics (router entropy included) and bias update are inherited unchanged.
 
 Cases the fused kernel does not cover fall back to the torch math (per call, no warning needed
 because the numbers are the same): CPU tensors, no tokens, the auxiliary-loss-free expert bias
@@ -49,6 +49,7 @@ class TEFusedTopKRouter(TopKRouter):
             stats = self._global_stats(counts, probs)  # (counts, prob sums, tokens)
             aux = self._aux_loss(stats[1], stats[0], stats[2])
         self._accumulate(*stats)
+        self._accumulate_entropy(probs)  # full softmax over experts, as the torch router logs
         return RoutingResult(indices, weights, counts, probs, aux, router_z_loss(logits))
 
 

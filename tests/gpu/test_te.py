@@ -174,6 +174,7 @@ def test_te_router_matches_torch_router():
     torch.testing.assert_close(a.router_probs, b.router_probs)
     torch.testing.assert_close(a.aux_loss, b.aux_loss)
     torch.testing.assert_close(a.z_loss, b.z_loss)
+    assert te_router.mean_router_entropy() == pytest.approx(torch_router.mean_router_entropy(), rel=1e-5)
     for r, res in ((torch_router, a), (te_router, b)):
         (res.expert_weights.sort(-1).values[:, 0].sum() + res.aux_loss).backward()
     torch.testing.assert_close(torch_router.gate.weight.grad, te_router.gate.weight.grad,
