@@ -8,6 +8,7 @@ Bad input never ends in a traceback: :class:`~biomoe.errors.GenomeInputError` an
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import warnings
 from argparse import ArgumentError
@@ -43,13 +44,16 @@ class BioMoECLI(LightningCLI):
 
     def before_validate(self) -> None:
         self._check_vocab()
+        self._check_inputs()
 
     def before_test(self) -> None:
         self._check_vocab()
+        self._check_inputs()
 
     def before_predict(self) -> None:
         """``predict`` always writes its results: add a writer unless the config has one."""
         self._check_vocab()
+        self._check_inputs()
         from lightning.pytorch.callbacks import BasePredictionWriter
 
         from biomoe.prediction_writer import WindowScoreWriter
@@ -61,6 +65,31 @@ class BioMoECLI(LightningCLI):
     def before_fit(self) -> None:
         self._check_vocab()
         self._check_parallel()
+
+    def _check_inputs(self) -> None:
+        """validate/test/predict read the held-out split: refuse to run (exit 0) without one."""
+        data = self.datamodule
+        if isinstance(data, GenomeDataModule) and not data.val_contigs and not data.val_fraction:
+            raise ConfigError(f"data.val_fraction=0 and no data.val_contigs: there is no held-out split "
+                              f"to {self.subcommand} on")
+
+    def _parse_ckpt_path(self) -> None:
+        """Lightning reads ``--ckpt_path``'s hyperparameters right after parsing; a missing, truncated
+        or foreign file is one line naming it, not a traceback from torch.load."""
+        ckpt = self.config.get(self.config.get("subcommand") or "", {}).get("ckpt_path")
+        if not isinstance(ckpt, (str, os.PathLike)):
+            return super()._parse_ckpt_path()
+        text = os.fspath(ckpt)
+        if text in ("best", "last", "hpc") or text.startswith("registry") or "://" in text:
+            return super()._parse_ckpt_path()  # Lightning's special values and remote URLs
+        from biomoe.predict import check_checkpoint_file
+
+        check_checkpoint_file(text)
+        try:
+            super()._parse_ckpt_path()
+        except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+            detail = " ".join(str(exc).split())[:200]
+            raise GenomeInputError(text, f"cannot load checkpoint ({type(exc).__name__}: {detail})") from None
 
     def _check_parallel(self) -> None:
         """EP layout errors as one line before any process is launched."""

@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 FASTA_SUFFIXES: tuple[str, ...] = (".fa", ".fasta", ".fna", ".fa.gz", ".fasta.gz", ".fna.gz")
-_SCAN_VERSION = 1  # bump when the scan cache format or the normalisation changes
+_SCAN_VERSION = 2  # bump when the scan cache format or the normalisation changes
 _CHUNK = 1 << 20
 _WRAP = 80
 _CACHE_FILE_MODE = 0o644  # mkstemp creates 0600; cached copies are as public as the source
@@ -69,6 +69,8 @@ _IUPAC = b"ACGTNRYSWKMBDHV"
 _VALID = _IUPAC + _IUPAC.lower()
 _VALID_LUT = np.zeros(256, dtype=bool)
 _VALID_LUT[np.frombuffer(_VALID, dtype=np.uint8)] = True
+# The empty block bgzip writes last (SAM/BAM spec, 4.1.2); without it the file was cut short.
+_BGZF_EOF = bytes.fromhex("1f8b08040000000000ff0600424302001b0003000000000000000000")
 _OTHER_COMPRESSION = {b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
 
 
@@ -88,6 +90,9 @@ class FileScan:
     compression: str  # "none", "gzip" or "bgzf"
     canonical: bool  # True if pyfaidx can index the file as it is
     records: list[tuple[str, int]] = field(default_factory=list)
+    # Per record, where a ``.fai`` must point for this file as it is: (offset of the first base,
+    # bases per line, bytes per line). Used to tell a stale index whose lengths still agree.
+    layout: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,6 +201,10 @@ class _Scanner:
         self.line_len = 0  # length of the (possibly partial) current sequence line
         self.width = 0  # first line width of the current record
         self.short_line_seen = False
+        self.pos = 0  # bytes (decompressed) consumed before the current piece
+        self.offset = 0  # byte offset of the current record's first base
+        self.line_bytes = 0  # bytes per line of the current record's first line (with newline)
+        self.layout: list[tuple[int, int, int]] = []
 
     def fail(self, problem: str) -> GenomeInputError:
         return GenomeInputError(self.path, problem)
@@ -207,19 +216,23 @@ class _Scanner:
         last = len(pieces) - 1
         for i, piece in enumerate(pieces):
             complete = i < last
+            end = self.pos + len(piece) + complete
             if self.at_line_start and piece[:1] == b">":
                 self.in_header = True
             if self.in_header:
                 self.header += piece
                 if complete:
-                    self._start_record()
+                    self._start_record(end)
             else:
                 self._sequence_piece(piece, complete)
+            self.pos = end
             self.at_line_start = complete
             if complete:
                 self.line_no += 1
 
     def _check_first_chunk(self, chunk: bytes) -> None:
+        if chunk.startswith(b"\xef\xbb\xbf"):
+            raise self.fail("starts with a UTF-8 byte-order mark (BOM); save it without one (plain ASCII FASTA)")
         head = chunk[:4096]
         non_text = head.translate(None, bytes(range(32, 127)) + b"\t\r\n\x0b\x0c")
         if b"\x00" in head or len(non_text) > len(head) // 10:
@@ -230,19 +243,35 @@ class _Scanner:
         if stripped and not stripped.startswith(b">"):
             raise self.fail("not a FASTA file (first line does not start with '>')")
 
-    def _start_record(self) -> None:
+    def _cr_error(self) -> GenomeInputError:
+        return self.fail(
+            f"line {self.line_no:,} contains a carriage return (CR) that does not end the line: "
+            "old Mac (CR-only) line endings? Convert them to LF, e.g. with: tr '\\r' '\\n'"
+        )
+
+    def _start_record(self, offset: int) -> None:
         self._finish_record()
-        text = bytes(self.header[1:]).rstrip(b"\r").decode("utf-8", "replace")
+        raw = bytes(self.header[1:]).rstrip(b"\r")
         self.header.clear()
         self.in_header = False
-        if text != text.strip() or "\r" in text:
+        if b"\r" in raw:
+            raise self._cr_error()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise self.fail(
+                f"record header on line {self.line_no:,} is not valid UTF-8 text "
+                f"(byte 0x{raw[exc.start]:02x} at column {exc.start + 2})"
+            ) from None
+        if text != text.strip():
             self.canonical = False
         words = text.split()
         if not words:
             raise self.fail(f"record header on line {self.line_no:,} has no name")
         self.seen_header = True
         self.name = words[0]
-        self.length = self.width = self.line_len = 0
+        self.offset = offset
+        self.length = self.width = self.line_len = self.line_bytes = 0
         self.short_line_seen = False
 
     def _sequence_piece(self, piece: bytes, complete: bool) -> None:
@@ -254,6 +283,8 @@ class _Scanner:
                 raise self.fail("not a FASTA file (sequence before the first '>' header)")
             bad = piece.translate(None, _VALID)
             if bad:
+                if b"\r" in bad:
+                    raise self._cr_error()
                 idx = int(np.argmin(_VALID_LUT[np.frombuffer(piece, dtype=np.uint8)]))
                 char = chr(piece[idx])
                 shown = repr(char) if char.isprintable() else f"0x{piece[idx]:02x}"
@@ -264,9 +295,9 @@ class _Scanner:
             self.length += len(piece)
             self.line_len += len(piece)
         if complete:
-            self._end_line()
+            self._end_line(terminated=True)
 
-    def _end_line(self) -> None:
+    def _end_line(self, terminated: bool) -> None:
         n = self.line_len
         self.line_len = 0
         if n == 0:
@@ -274,6 +305,7 @@ class _Scanner:
             return
         if self.width == 0:
             self.width = n
+            self.line_bytes = n + terminated  # as pyfaidx/samtools write it
         elif self.short_line_seen or n > self.width:
             self.canonical = False
         if n < self.width:
@@ -285,12 +317,13 @@ class _Scanner:
         if self.length == 0:
             raise self.fail(f"contig '{self.name}' has no sequence (length 0)")
         self.records.append((self.name, self.length))
+        self.layout.append((self.offset, self.width, self.line_bytes))
 
     def close(self) -> list[tuple[str, int]]:
         if self.in_header:  # header on the last line without a newline
-            self._start_record()
+            self._start_record(self.pos)
         elif self.line_len:
-            self._end_line()
+            self._end_line(terminated=False)
         self._finish_record()
         if not self.records:
             raise self.fail("file is empty (no FASTA records)")
@@ -317,6 +350,11 @@ def scan_fasta(path: Path) -> FileScan:
     except PermissionError:
         raise GenomeInputError(path, "permission denied (not readable)") from None
     compression = _sniff_compression(path)
+    if compression == "bgzf":
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - len(_BGZF_EOF)))
+            if fh.read() != _BGZF_EOF:
+                raise GenomeInputError(path, "truncated bgzip file (the BGZF end-of-file marker is missing)")
     scanner = _Scanner(path)
     first = True
     for chunk in _iter_chunks(path, compression):
@@ -325,7 +363,8 @@ def scan_fasta(path: Path) -> FileScan:
     if first:
         raise GenomeInputError(path, "file is empty (no data after decompression)")
     records = scanner.close()
-    return FileScan(compression=compression, canonical=scanner.canonical and compression != "gzip", records=records)
+    return FileScan(compression=compression, canonical=scanner.canonical and compression != "gzip", records=records,
+                    layout=scanner.layout)
 
 
 def _write_normalised(src: Path, compression: str, dest: Path) -> None:
@@ -396,6 +435,7 @@ class _PreparedFile:
     fai: Path
     gzi: Path | None
     records: list[tuple[str, int]]
+    layout: list[tuple[int, int, int]] | None = None  # expected .fai columns 3-5 when pyfaidx reads the source
 
 
 def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
@@ -407,7 +447,8 @@ def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
     if scan is None:
         scan = scan_fasta(path)
         try:
-            payload = {"compression": scan.compression, "canonical": scan.canonical, "records": scan.records}
+            payload = {"compression": scan.compression, "canonical": scan.canonical, "records": scan.records,
+                       "layout": scan.layout}
             _atomic_write_text(scan_json, json.dumps(payload))
         except OSError as exc:
             warnings.warn(f"{path}: cannot write scan cache to {cache} ({exc}); will rescan next time", stacklevel=3)
@@ -429,7 +470,8 @@ def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
                 raise GenomeInputError(path, f"needs a normalised copy but cache dir {cache} is not writable ({exc})") from None
         fai = Path(str(readable) + ".fai")
         gzi = None
-    prepared = _PreparedFile(path, readable, fai, gzi, scan.records)
+    layout = scan.layout if scan.canonical and len(scan.layout) == len(scan.records) else None
+    prepared = _PreparedFile(path, readable, fai, gzi, scan.records, layout)
     _ensure_index(prepared)
     return prepared
 
@@ -437,29 +479,45 @@ def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
 def _load_scan(scan_json: Path) -> FileScan | None:
     try:
         data = json.loads(scan_json.read_text())
-        return FileScan(data["compression"], bool(data["canonical"]), [(str(n), int(l)) for n, l in data["records"]])
+        return FileScan(data["compression"], bool(data["canonical"]), [(str(n), int(l)) for n, l in data["records"]],
+                        [(int(o), int(b), int(w)) for o, b, w in data["layout"]])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _read_fai_lengths(fai: Path) -> dict[str, int] | None:
+def _read_fai(fai: Path) -> dict[str, tuple[int, ...]] | None:
+    """``name -> (length, offset, line bases, line bytes)`` from a ``.fai``; None if unreadable."""
     try:
-        lengths: dict[str, int] = {}
+        rows: dict[str, tuple[int, ...]] = {}
         for line in fai.read_text().splitlines():
             if line.strip():
                 cols = line.split("\t")
-                lengths[cols[0]] = int(cols[1])
-        return lengths
+                rows[cols[0]] = tuple(int(c) for c in cols[1:5])
+        return rows
     except (OSError, ValueError, IndexError, UnicodeDecodeError):
         return None
 
 
+def _read_fai_lengths(fai: Path) -> dict[str, int] | None:
+    rows = _read_fai(fai)
+    return None if rows is None else {name: cols[0] for name, cols in rows.items() if cols}
+
+
+def _fai_matches(prep: _PreparedFile) -> bool:
+    """Whether an existing index describes the file: lengths, and where the source is read directly,
+    also offsets and line widths (a header edited or lines rewrapped keep the lengths)."""
+    if prep.layout is None:
+        return _read_fai_lengths(prep.fai) == dict(prep.records)
+    expected = {name: (length, *where) for (name, length), where in zip(prep.records, prep.layout)}
+    return _read_fai(prep.fai) == expected
+
+
 def _ensure_index(prep: _PreparedFile) -> None:
-    """Make sure ``prep.fai`` (and ``.gzi``) exist and agree with the scanned lengths."""
+    """Make sure ``prep.fai`` (and ``.gzi``) exist and agree with the scanned file."""
     expected = dict(prep.records)
     if prep.fai.exists():
         fresh = prep.fai.stat().st_mtime_ns >= prep.readable.stat().st_mtime_ns
-        matches = _read_fai_lengths(prep.fai) == expected
+        matches = _fai_matches(prep)
         gzi_ok = prep.gzi is None or prep.gzi.exists()
         if matches and gzi_ok and (fresh or not os.access(prep.fai.parent, os.W_OK)):
             return
@@ -480,7 +538,6 @@ def _build_index(prep: _PreparedFile) -> None:
     """
     import pyfaidx
 
-    prep.fai.parent.mkdir(parents=True, exist_ok=True)
     tag = f".{os.getpid()}.tmp"
     tmp_fai = Path(str(prep.fai) + tag)
     tmp_gzi = Path(str(prep.gzi) + tag) if prep.gzi is not None else None
@@ -488,6 +545,7 @@ def _build_index(prep: _PreparedFile) -> None:
     if tmp_gzi is not None:
         kwargs["gzi_indexname"] = str(tmp_gzi)
     try:
+        prep.fai.parent.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fa = pyfaidx.Fasta(str(prep.readable), **kwargs)  # type: ignore[arg-type]

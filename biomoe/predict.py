@@ -16,16 +16,81 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from biomoe.config import ConfigError
+from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome
 from biomoe.inference import load_model, sequence_log_likelihood
 from biomoe.model import MoETransformer
 
-__all__ = ["score_genome", "main"]
+__all__ = ["score_genome", "main", "check_checkpoint_file", "load_checkpoint", "positive_int", "write_output"]
+
+
+def check_checkpoint_file(path: str | os.PathLike[str]) -> None:
+    """One-line errors for a checkpoint path that is missing or plainly not a torch checkpoint.
+
+    Cheap (no load): torch writes a zip archive (or, in the legacy format, a pickle starting with
+    byte 0x80), so a truncated download or a wrong file is caught before a long traceback.
+    Folders (distributed checkpoints) are left to their loader.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise GenomeInputError(path, "checkpoint not found")
+    if os.path.isdir(path):
+        return
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1)
+        is_zip = zipfile.is_zipfile(path)
+    except OSError as exc:
+        raise GenomeInputError(path, f"cannot read checkpoint ({exc.strerror or exc})") from None
+    if not is_zip and head != b"\x80":
+        raise GenomeInputError(path, "not a PyTorch checkpoint (truncated or corrupted file?)")
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> MoETransformer:
+    """:func:`~biomoe.inference.load_model` with a one-line error for files it cannot use."""
+    check_checkpoint_file(path)
+    if os.path.isdir(path):
+        raise GenomeInputError(path, "is a folder; score-fasta/score-variants need a checkpoint file")
+    try:
+        return load_model(path)
+    except (GenomeInputError, ConfigError):
+        raise
+    except Exception as exc:  # torch.load / load_state_dict on a file that is not a biomoe checkpoint
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 200 else detail[:200] + "..."
+        raise GenomeInputError(path, f"cannot load as a biomoe checkpoint ({type(exc).__name__}: {detail})") from None
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def write_output(path: Path, write: Callable[[Path], None]) -> None:
+    """Create ``path``'s folder and call ``write(path)``; OS errors become one line naming ``path``."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+    except OSError as exc:
+        detail = exc.strerror or str(exc)
+        if exc.filename and os.fspath(exc.filename) != os.fspath(path):
+            detail += f": {exc.filename}"
+        raise GenomeInputError(path, f"cannot write output ({detail})") from None
 
 
 def score_genome(model: MoETransformer, genome: Genome, window: int = 1024,
@@ -56,22 +121,27 @@ def main(argv: list[str]) -> int:
     parser.add_argument("ckpt", help="Lightning checkpoint (or one written by import-hf)")
     parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
     parser.add_argument("--out", required=True, type=Path, help="output prefix: writes OUT.tsv (and OUT.npz)")
-    parser.add_argument("--window", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--window", type=positive_int, default=1024)
+    parser.add_argument("--batch-size", type=positive_int, default=8)
     parser.add_argument("--per-base", action="store_true", help="also write per-base scores to OUT.npz")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
-    model = load_model(args.ckpt).to(args.device)
-    per_base = score_genome(model, Genome(args.fasta), args.window, args.batch_size)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    genome = Genome(args.fasta)
+    model = load_checkpoint(args.ckpt).to(args.device)
+    per_base = score_genome(model, genome, args.window, args.batch_size)
     tsv = args.out.with_suffix(".tsv")
-    with open(tsv, "w") as handle:
-        handle.write("contig\tlength\tscored_bases\tlog_likelihood\tbits_per_base\n")
-        for row in summary_rows(per_base):
-            handle.write(f"{row['contig']}\t{row['length']}\t{row['scored_bases']}\t"
-                         f"{row['log_likelihood']:.6f}\t{row['bits_per_base']:.6f}\n")
+
+    def write_tsv(target: Path) -> None:
+        with open(target, "w") as handle:
+            handle.write("contig\tlength\tscored_bases\tlog_likelihood\tbits_per_base\n")
+            for row in summary_rows(per_base):
+                handle.write(f"{row['contig']}\t{row['length']}\t{row['scored_bases']}\t"
+                             f"{row['log_likelihood']:.6f}\t{row['bits_per_base']:.6f}\n")
+
+    write_output(tsv, write_tsv)
     print(f"wrote {tsv}")
     if args.per_base:
-        np.savez_compressed(args.out.with_suffix(".npz"), **per_base)
-        print(f"wrote {args.out.with_suffix('.npz')}")
+        npz = args.out.with_suffix(".npz")
+        write_output(npz, lambda target: np.savez_compressed(target, **per_base))
+        print(f"wrote {npz}")
     return 0

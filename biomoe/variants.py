@@ -24,8 +24,9 @@ import torch
 
 from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome
-from biomoe.inference import load_model, sequence_log_likelihood
+from biomoe.inference import sequence_log_likelihood
 from biomoe.model import MoETransformer
+from biomoe.predict import load_checkpoint, positive_int, write_output
 
 __all__ = ["Variant", "read_variants", "score_variants", "main"]
 
@@ -44,14 +45,14 @@ class Variant:
 def read_variants(path: str | os.PathLike[str]) -> list[Variant]:
     """Parse the TSV table; malformed lines raise GenomeInputError with the line number."""
     variants = []
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), start=1):
+    for lineno, line in enumerate(_read_table_text(Path(path)).splitlines(), start=1):
         fields = line.strip().split("\t") if "\t" in line else line.split()
         if not fields or fields[0].startswith("#") or (lineno == 1 and fields[0].lower() in ("contig", "chrom")):
             continue
         if len(fields) < 4:
             raise GenomeInputError(path, f"line {lineno}: expected contig, position, ref, alt; got {line!r}")
         contig, pos, ref, alt = fields[:4]
-        if not pos.isdigit() or int(pos) < 1:
+        if not (pos.isascii() and pos.isdigit()) or int(pos) < 1:
             raise GenomeInputError(path, f"line {lineno}: position must be a 1-based integer, got {pos!r}")
         ref, alt = ref.upper(), alt.upper()
         if not ref or not alt or set(ref + alt) - set("ACGT"):
@@ -61,6 +62,30 @@ def read_variants(path: str | os.PathLike[str]) -> list[Variant]:
                                          "substitutions (equal-length ref and alt) are scored")
         variants.append(Variant(contig, int(pos), ref, alt))
     return variants
+
+
+def _read_table_text(path: Path) -> str:
+    """The table as text; a missing, unreadable, compressed or binary file is a one-line error."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise GenomeInputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise GenomeInputError(path, "is a folder, not a variant table") from None
+    except PermissionError:
+        raise GenomeInputError(path, "permission denied (not readable)") from None
+    except OSError as exc:
+        raise GenomeInputError(path, f"cannot read ({exc.strerror or exc})") from None
+    if raw[:2] == b"\x1f\x8b":
+        raise GenomeInputError(path, "is gzip-compressed; the variant table must be plain-text TSV (gunzip it)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GenomeInputError(path, f"not a text table (byte 0x{raw[exc.start]:02x} at offset {exc.start:,} "
+                                     "is not UTF-8)") from None
+    if "\x00" in text:
+        raise GenomeInputError(path, "not a text table (binary content)")
+    return text
 
 
 def variant_windows(genome: Genome, variant: Variant, window: int, source: str) -> tuple[int, str, str]:
@@ -115,19 +140,25 @@ def main(argv: list[str]) -> int:
     parser.add_argument("fasta", nargs="+", help="reference genome FASTA file(s)")
     parser.add_argument("--variants", required=True, type=Path, help="TSV: contig, position (1-based), ref, alt")
     parser.add_argument("--out", required=True, type=Path, help="output TSV")
-    parser.add_argument("--window", type=int, default=1024)
+    parser.add_argument("--window", type=positive_int, default=1024)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     variants = read_variants(args.variants)
+    if not variants:
+        raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
+                                              "and comments)")
     genome = Genome(args.fasta)
-    model = load_model(args.ckpt).to(args.device)
+    model = load_checkpoint(args.ckpt).to(args.device)
     rows = score_variants(model, genome, variants, args.window, source=str(args.variants))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     columns = ["contig", "position", "ref", "alt", "window_start", "logp_ref", "logp_alt", "llr"]
-    with open(args.out, "w") as handle:
-        handle.write("\t".join(columns) + "\n")
-        for row in rows:
-            handle.write("\t".join(f"{row[c]:.6f}" if isinstance(row[c], float) else str(row[c])
-                                   for c in columns) + "\n")
+
+    def write_table(target: Path) -> None:
+        with open(target, "w") as handle:
+            handle.write("\t".join(columns) + "\n")
+            for row in rows:
+                handle.write("\t".join(f"{row[c]:.6f}" if isinstance(row[c], float) else str(row[c])
+                                       for c in columns) + "\n")
+
+    write_output(args.out, write_table)
     print(f"wrote {args.out} ({len(rows)} variants)")
     return 0

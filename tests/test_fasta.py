@@ -14,7 +14,7 @@ import pytest
 from biomoe import fasta as fasta_mod
 from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome, resolve_fasta_paths
-from conftest import random_dna
+from conftest import fasta_text, random_dna
 
 RECORDS = {"chr1": random_dna(1000, 1), "chr2": random_dna(333, 2), "chrM": random_dna(61, 3)}
 
@@ -118,6 +118,11 @@ def _expect_error(path, match: str, cache_dir) -> GenomeInputError:
         (b">chr1\nACGT\n>chr2\nACGTACGTAC\nACJT\n", "contig 'chr2' has character 'J' outside IUPAC at position 13"),
         (b">chr1\nAC-T\n", "character '-' outside IUPAC at position 3"),
         (b"BZh91AY&SY", "bzip2"),
+        (b">chr1\rACGT\rACGT\r", "carriage return.*CR-only"),
+        (b">chr1\nACGT\rACGT\r", "line 2 contains a carriage return"),
+        (b"\xef\xbb\xbf>chr1\nACGT\n", "byte-order mark"),
+        (b">chr\xff1\nACGT\n", "header on line 1 is not valid UTF-8"),
+        (b">chr1\nACGT\n>chr2 r\xe9gion\nACGT\n", "header on line 3 is not valid UTF-8"),
     ],
 )
 def test_bad_inputs(write_fasta, cache_dir, content, match) -> None:
@@ -199,6 +204,57 @@ def test_stale_fai_in_readonly_folder_is_an_error(write_fasta, cache_dir, monkey
         lambda p, mode: False if (mode & os.W_OK and Path(p) == path.parent) else real_access(p, mode),
     )
     _expect_error(path, "does not match", cache_dir)
+
+
+def _edit_header_keep_lengths(path: Path) -> None:
+    """Rewrite ``path`` with longer headers and other line widths (same names and lengths, so every
+    .fai offset moves), dated before its existing .fai, as a restore from a backup would."""
+    fai = Path(str(path) + ".fai")
+    path.write_text(fasta_text({f"{n} edited description" : s for n, s in RECORDS.items()}, width=50))
+    old = fai.stat().st_mtime_ns - 10**9
+    os.utime(path, ns=(old, old))
+
+
+def test_fai_with_right_lengths_but_wrong_offsets_is_rebuilt(write_fasta, cache_dir) -> None:
+    """Lengths alone let a stale .fai through: pyfaidx then returned header text as sequence."""
+    path = write_fasta(RECORDS)
+    assert _read_all(Genome(path, cache_dir=cache_dir)) == RECORDS
+    import pyfaidx
+
+    pyfaidx.Fasta(str(path)).close()  # a .fai next to the file, as samtools faidx would write
+    _edit_header_keep_lengths(path)
+    assert _read_all(Genome(path, cache_dir=cache_dir)) == RECORDS
+
+
+def test_fai_with_wrong_offsets_in_readonly_folder_is_an_error(write_fasta, cache_dir, monkeypatch) -> None:
+    path = write_fasta(RECORDS)
+    import pyfaidx
+
+    pyfaidx.Fasta(str(path)).close()
+    _edit_header_keep_lengths(path)
+    real_access = os.access
+    monkeypatch.setattr(
+        fasta_mod.os, "access",
+        lambda p, mode: False if (mode & os.W_OK and Path(p) == path.parent) else real_access(p, mode),
+    )
+    _expect_error(path, "does not match", cache_dir)
+
+
+def test_truncated_bgzf_is_an_error(write_fasta, cache_dir) -> None:
+    """A bgzip file cut at a block boundary decompresses cleanly; only the EOF block tells."""
+    path = write_fasta(RECORDS, name="t.fa.gz", compression="bgzf")
+    data = path.read_bytes()
+    assert data.endswith(fasta_mod._BGZF_EOF)
+    path.write_bytes(data[: -len(fasta_mod._BGZF_EOF)])
+    _expect_error(path, "truncated bgzip", cache_dir)
+
+
+def test_unwritable_cache_dir_is_one_line(write_fasta, tmp_path) -> None:
+    path = write_fasta(RECORDS)
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("x")
+    with pytest.warns(UserWarning, match="cannot write scan cache"):
+        _expect_error(path, "cannot write index", blocker / "cache")
 
 
 def test_modified_file_is_rescanned(write_fasta, cache_dir) -> None:

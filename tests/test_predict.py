@@ -110,3 +110,61 @@ def test_variant_table_cli_and_reference_mismatch_error(ckpt, write_fasta, tmp_p
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"chr:100 {wrong}>T" in err and "does not match" in err
     assert not (tmp_path / "o2.tsv").exists()
+
+
+@pytest.mark.parametrize("content, match", [
+    (None, "no such file"),
+    (b"", "no variants to score"),
+    (b"contig\tposition\tref\talt\n# nothing\n", "no variants to score"),
+    (b"\xff\xfechr\t10\tA\tC\n", "not a text table"),
+    (b"\x1f\x8b\x08\x00garbage", "gzip-compressed"),
+    (b"chr\t1\xc2\xb2\tA\tC\n", "position must be a 1-based integer"),  # '1²' passes str.isdigit
+])
+def test_bad_variant_tables_are_one_line_errors(ckpt, write_fasta, tmp_path, capsys, content, match):
+    fasta = write_fasta({"chr": random_dna(300, seed=5)})
+    table = tmp_path / "v.tsv"
+    if content is not None:
+        table.write_bytes(content)
+    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table),
+                     "--out", str(tmp_path / "o.tsv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"biomoe: error: {table}: ") and match in err, err
+    assert not (tmp_path / "o.tsv").exists()
+
+
+def test_variant_table_folder_is_an_error(ckpt, write_fasta, tmp_path, capsys):
+    fasta = write_fasta({"chr": random_dna(300, seed=5)})
+    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(tmp_path),
+                     "--out", str(tmp_path / "o.tsv")]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["fasta", "truncated", "no_state_dict"])
+def test_bad_checkpoint_files_are_one_line_errors(ckpt, write_fasta, tmp_path, capsys, kind):
+    fasta = write_fasta({"chr": random_dna(300, seed=5)})
+    bad = {"fasta": fasta, "truncated": tmp_path / "cut.ckpt", "no_state_dict": tmp_path / "other.ckpt"}[kind]
+    if kind == "truncated":
+        bad.write_bytes(ckpt.read_bytes()[:1000])
+    elif kind == "no_state_dict":
+        torch.save({"weights": torch.zeros(2)}, bad)
+    assert cli_main(["score-fasta", str(bad), str(fasta), "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"biomoe: error: {bad}: "), err
+    assert not (tmp_path / "s.tsv").exists()
+
+
+@pytest.mark.parametrize("option", ["--window", "--batch-size"])
+def test_score_fasta_rejects_non_positive_sizes(ckpt, write_fasta, tmp_path, capsys, option):
+    fasta = write_fasta({"chr": random_dna(300, seed=5)})
+    with pytest.raises(SystemExit) as info:
+        cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(tmp_path / "s"), option, "0"])
+    assert info.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
+
+
+def test_unwritable_output_is_one_line(ckpt, write_fasta, tmp_path, capsys):
+    fasta = write_fasta({"chr": random_dna(300, seed=5)})
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(blocker / "s")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot write output" in err

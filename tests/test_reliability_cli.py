@@ -143,3 +143,38 @@ def test_subprocess_nan_stop_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr[-3000:]
     line = _error_line(result.stderr)
     assert line.startswith("biomoe: error: step 3: non-finite loss, non-finite gradients in model.")
+
+
+def _eval_args(command: str, fasta: Path, tmp_path: Path, ckpt: Path) -> list[str]:
+    return [command, "--config", TINY, "--data.fasta", str(fasta), "--data.cache_dir", str(tmp_path / "cache"),
+            "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.logger", "false",
+            "--ckpt_path", str(ckpt)]
+
+
+@pytest.mark.parametrize("command", ["validate", "predict"])
+@pytest.mark.parametrize("kind, expected", [("missing", "checkpoint not found"),
+                                            ("truncated", "not a PyTorch checkpoint")])
+def test_bad_ckpt_path_is_one_line(tmp_path: Path, capsys, command: str, kind: str, expected: str) -> None:
+    fasta = tmp_path / "g.fa"
+    fasta.write_bytes(GOOD)
+    ckpt = tmp_path / "model.ckpt"
+    if kind == "truncated":
+        ckpt.write_bytes(b"PK\x03\x04" + b"\x00" * 500)  # start of a zip archive, cut short
+    assert main(_eval_args(command, fasta, tmp_path, ckpt)) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert str(ckpt) in line and expected in line
+
+
+@pytest.mark.parametrize("command", ["validate", "predict"])
+def test_no_held_out_split_is_an_error(tmp_path: Path, capsys, command: str) -> None:
+    """validate exited 0 having checked nothing; predict ended in a RuntimeError traceback."""
+    fasta = tmp_path / "g.fa"
+    fasta.write_bytes(GOOD)
+    torch = pytest.importorskip("torch")
+    from biomoe.config import ModelConfig
+    from biomoe.model import MoETransformer
+
+    ckpt = tmp_path / "m.ckpt"
+    torch.save({"state_dict": {f"model.{k}": v for k, v in MoETransformer(ModelConfig()).state_dict().items()}}, ckpt)
+    assert main(_eval_args(command, fasta, tmp_path, ckpt) + ["--data.val_fraction", "0"]) == 2
+    assert "no held-out split" in _error_line(capsys.readouterr().err)
