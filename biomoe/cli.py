@@ -31,6 +31,9 @@ EXTRA_COMMANDS: dict[str, str] = {
     "export-hf": "biomoe.hf_export:export_main",
     "import-hf": "biomoe.hf_export:import_main",
 }
+# BioMoEModule arguments that choose how to run, not what the model is: a --ckpt_path's
+# hyperparameters do not override them.
+RUNTIME_SWITCHES: tuple[str, ...] = ("compile", "activation_checkpointing")
 
 
 class BioMoECLI(LightningCLI):
@@ -45,15 +48,18 @@ class BioMoECLI(LightningCLI):
     def before_validate(self) -> None:
         self._check_vocab()
         self._check_inputs()
+        self._check_ckpt_folder()
 
     def before_test(self) -> None:
         self._check_vocab()
         self._check_inputs()
+        self._check_ckpt_folder()
 
     def before_predict(self) -> None:
         """``predict`` always writes its results: add a writer unless the config has one."""
         self._check_vocab()
         self._check_inputs()
+        self._check_ckpt_folder()
         from lightning.pytorch.callbacks import BasePredictionWriter
 
         from biomoe.prediction_writer import WindowScoreWriter
@@ -65,17 +71,45 @@ class BioMoECLI(LightningCLI):
     def before_fit(self) -> None:
         self._check_vocab()
         self._check_parallel()
+        self._check_ckpt_folder()
 
     def _check_inputs(self) -> None:
-        """validate/test/predict read the held-out split: refuse to run (exit 0) without one."""
+        """validate/test/predict read the held-out split: refuse to run without one (rather than
+        validating nothing and exiting 0, or failing in the predict loader)."""
         data = self.datamodule
         if isinstance(data, GenomeDataModule) and not data.val_contigs and not data.val_fraction:
             raise ConfigError(f"data.val_fraction=0 and no data.val_contigs: there is no held-out split "
                               f"to {self.subcommand} on")
 
+    def _check_ckpt_folder(self) -> None:
+        """A folder checkpoint (torch.distributed.checkpoint) loads only under a strategy that reads
+        folders (expert parallel); one that torch.loads a file failed on it with a traceback."""
+        from lightning.pytorch.plugins.io import TorchCheckpointIO
+        from lightning.pytorch.strategies import Strategy
+
+        ckpt = self.config.get(self.subcommand, {}).get("ckpt_path")
+        strategy = self.trainer.strategy
+        loads_a_file = (type(strategy).load_checkpoint is Strategy.load_checkpoint
+                        and isinstance(strategy.checkpoint_io, TorchCheckpointIO))
+        if isinstance(ckpt, (str, os.PathLike)) and os.path.isdir(ckpt) and loads_a_file:
+            raise GenomeInputError(ckpt, "is a distributed checkpoint (a folder), which only the expert-parallel "
+                                         "strategy reads; for one device convert it to a file first: "
+                                         f"python -m biomoe.parallel.checkpoint {ckpt} model.ckpt")
+
     def _parse_ckpt_path(self) -> None:
-        """Lightning reads ``--ckpt_path``'s hyperparameters right after parsing; a missing, truncated
-        or foreign file is one line naming it, not a traceback from torch.load."""
+        """Lightning reads ``--ckpt_path``'s hyperparameters right after parsing and lets them override
+        the config and command line. How to run (``model.compile``, ``model.activation_checkpointing``)
+        is not a property of the weights: those keep the values given here, so a run compiled on a GPU
+        can be validated or resumed without compiling, and the other way round."""
+        model = self.config.get(self.config.get("subcommand") or "", {}).get("model")
+        keep = {key: model[key] for key in RUNTIME_SWITCHES if model is not None and key in model}
+        self._parse_ckpt_hparams()
+        for key, value in keep.items():
+            self.config[self.config["subcommand"]]["model"][key] = value
+
+    def _parse_ckpt_hparams(self) -> None:
+        """Lightning's ``_parse_ckpt_path``; a missing, truncated or foreign file is one line naming it,
+        not a traceback from torch.load."""
         ckpt = self.config.get(self.config.get("subcommand") or "", {}).get("ckpt_path")
         if not isinstance(ckpt, (str, os.PathLike)):
             return super()._parse_ckpt_path()

@@ -16,7 +16,12 @@ def apply_compile(model: nn.Module, **compile_kwargs) -> nn.Module:
 
     ``nn.Module.compile`` (not ``torch.compile(block)``) keeps the module object and its
     state_dict keys, so checkpoints stay interchangeable with uncompiled runs. Compilation is lazy:
-    it happens at the first forward, after the TE fast path has swapped its layers in."""
+    it happens at the first forward, after the TE fast path has swapped its layers in.
+
+    A block wrapped for activation checkpointing is compiled *inside* its wrapper: compiling the
+    wrapper puts the checkpoint in the traced region, where dynamo refuses the router's statistics
+    updates (a side effect) and runs the whole block uncompiled. Inside, the eager checkpoint
+    calls the compiled block in forward and again in the recomputation, with the RNG replayed."""
     for block in model.blocks:
-        block.compile(**compile_kwargs)
+        getattr(block, "_checkpoint_wrapped_module", block).compile(**compile_kwargs)
     return model

@@ -76,6 +76,8 @@ def _read_table_text(path: Path) -> str:
         raise GenomeInputError(path, "permission denied (not readable)") from None
     except OSError as exc:
         raise GenomeInputError(path, f"cannot read ({exc.strerror or exc})") from None
+    if raw.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark (spreadsheet "UTF-8 CSV/TSV" export)
+        raw = raw[3:]
     if raw[:2] == b"\x1f\x8b":
         raise GenomeInputError(path, "is gzip-compressed; the variant table must be plain-text TSV (gunzip it)")
     try:

@@ -49,3 +49,38 @@ def test_module_compile_switch_compiles_every_block():
     plain = BioMoEModule(tiny())
     plain.configure_model()
     assert all(getattr(block, "_compiled_call_impl", None) is None for block in plain.model.blocks)
+
+
+def test_compile_with_activation_checkpointing_compiles_and_replays_dropout():
+    """Compiling the checkpoint wrapper graph-broke on the router's statistics updates, so with
+    activation_checkpointing nothing was compiled. Compiled inside the wrapper, the blocks are traced
+    and give the gradients of the compiled model without checkpointing (dropout masks replayed)."""
+    from biomoe.activation_checkpointing import apply_activation_checkpointing
+
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch.manual_seed(0)
+    ref = MoETransformer(tiny(dropout=0.3, expert_backend="loop"))
+    ids = torch.arange(48).reshape(2, 24) % 4 + 4
+    grads = []
+    for checkpointing in (False, True):
+        model = MoETransformer(tiny(dropout=0.3, expert_backend="loop"))
+        model.load_state_dict(ref.state_dict())
+        if checkpointing:
+            apply_activation_checkpointing(model)
+            counted = MoETransformer(tiny(expert_backend="loop"))
+            apply_activation_checkpointing(counted)
+            apply_compile(counted, backend=counting_backend)
+            counted(ids).logits.sum().backward()
+            assert graphs, "no block was compiled under activation checkpointing"
+        apply_compile(model, backend="aot_eager")
+        assert list(model.state_dict()) == list(ref.state_dict())
+        torch.manual_seed(1)  # the same masks in both runs
+        model(ids).logits.float().pow(2).mean().backward()
+        grads.append({n.replace("_checkpoint_wrapped_module.", ""): p.grad for n, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-6, msg=name)

@@ -240,6 +240,33 @@ def test_fai_with_wrong_offsets_in_readonly_folder_is_an_error(write_fasta, cach
     _expect_error(path, "does not match", cache_dir)
 
 
+def test_samtools_fai_of_unterminated_single_line_record_is_used(write_fasta, cache_dir, monkeypatch) -> None:
+    """samtools counts a newline in bytes-per-line even for a one-line last record without one (pyfaidx
+    does not). That index is right; it was taken for stale: rebuilt over the user's file, and refused
+    in a read-only folder."""
+    path = write_fasta(b">a\nACGTACGT\nACG\n>b desc\nACGTACG")
+    fai = Path(str(path) + ".fai")
+    samtools = "a\t11\t3\t8\t9\nb\t7\t24\t7\t8\n"  # what `samtools faidx` writes for this file
+    fai.write_text(samtools)
+    real_access = os.access
+    monkeypatch.setattr(
+        fasta_mod.os, "access",
+        lambda p, mode: False if (mode & os.W_OK and Path(p) == path.parent) else real_access(p, mode),
+    )
+    assert _read_all(Genome(path, cache_dir=cache_dir)) == {"a": "ACGTACGTACG", "b": "ACGTACG"}
+    assert fai.read_text() == samtools
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_header_starting_exactly_at_a_chunk_boundary(write_fasta, cache_dir, monkeypatch, compression) -> None:
+    """A read chunk ending in a newline left the scanner 'mid-line', so a header starting exactly at a
+    1 MiB boundary was refused as a '>' inside the previous contig's sequence."""
+    monkeypatch.setattr(fasta_mod, "_CHUNK", 8)
+    text = ">a\nACGT\n>b\nAC\n"  # byte 8 is the '>' of record b
+    path = write_fasta(text, name="g.fa.gz" if compression else "g.fa", compression=compression)
+    assert _read_all(Genome(path, cache_dir=cache_dir)) == {"a": "ACGT", "b": "AC"}
+
+
 def test_truncated_bgzf_is_an_error(write_fasta, cache_dir) -> None:
     """A bgzip file cut at a block boundary decompresses cleanly; only the EOF block tells."""
     path = write_fasta(RECORDS, name="t.fa.gz", compression="bgzf")

@@ -132,6 +132,16 @@ def test_bad_variant_tables_are_one_line_errors(ckpt, write_fasta, tmp_path, cap
     assert not (tmp_path / "o.tsv").exists()
 
 
+def test_variant_table_with_bom_and_crlf_is_read(tmp_path):
+    """A spreadsheet's UTF-8 export starts with a byte-order mark: its header line was taken for a
+    variant ('position must be a 1-based integer, got 'position'')."""
+    from biomoe.variants import read_variants
+
+    table = tmp_path / "v.tsv"
+    table.write_bytes(b"\xef\xbb\xbfcontig\tposition\tref\talt\r\nchr\t5\tA\tG\r\n")
+    assert read_variants(table) == [Variant("chr", 5, "A", "G")]
+
+
 def test_variant_table_folder_is_an_error(ckpt, write_fasta, tmp_path, capsys):
     fasta = write_fasta({"chr": random_dna(300, seed=5)})
     assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(tmp_path),

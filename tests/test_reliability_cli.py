@@ -178,3 +178,47 @@ def test_no_held_out_split_is_an_error(tmp_path: Path, capsys, command: str) -> 
     torch.save({"state_dict": {f"model.{k}": v for k, v in MoETransformer(ModelConfig()).state_dict().items()}}, ckpt)
     assert main(_eval_args(command, fasta, tmp_path, ckpt) + ["--data.val_fraction", "0"]) == 2
     assert "no held-out split" in _error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("command", ["fit", "validate"])
+def test_ckpt_hparams_do_not_override_runtime_switches(tmp_path: Path, monkeypatch, command: str) -> None:
+    """Lightning merges --ckpt_path's hyperparameters over the command line: a checkpoint written with
+    model.compile=true resumed or validated compiled even with --model.compile false (a machine without a
+    C compiler could not run it at all). How to run comes from the config; what the model is, from the
+    checkpoint."""
+    torch = pytest.importorskip("torch")
+    from biomoe.cli import BioMoECLI, run_lightning_cli
+    from biomoe.config import ModelConfig
+
+    ckpt = tmp_path / "m.ckpt"
+    config = {**vars(ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                                 num_experts=4, top_k=2, ffn_hidden_size=32)), "dropout": 0.25}
+    torch.save({"state_dict": {}, "hyper_parameters": {"config": config, "compile": True,
+                                                       "activation_checkpointing": True}}, ckpt)
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(self) -> None:
+        seen.update(self.config[self.config["subcommand"]]["model"].as_dict())
+        raise Stop
+
+    monkeypatch.setattr(BioMoECLI, "before_instantiate_classes", capture)
+    with pytest.raises(Stop):
+        run_lightning_cli([command, "--config", TINY, "--model.compile", "false", "--ckpt_path", str(ckpt)])
+    assert seen["compile"] is False and seen["activation_checkpointing"] is False
+    assert seen["config"]["dropout"] == 0.25  # the model itself still comes from the checkpoint
+
+
+@pytest.mark.parametrize("command", ["validate", "fit"])
+def test_folder_ckpt_path_on_one_device_is_one_line(tmp_path: Path, capsys, command: str) -> None:
+    """A distributed checkpoint (folder) under the single-device strategy ended in IsADirectoryError."""
+    fasta = tmp_path / "g.fa"
+    fasta.write_bytes(GOOD)
+    folder = tmp_path / "last.ckpt"
+    folder.mkdir()
+    (folder / "meta.pt").write_bytes(b"")
+    assert main(_eval_args(command, fasta, tmp_path, folder)) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert str(folder) in line and "python -m biomoe.parallel.checkpoint" in line

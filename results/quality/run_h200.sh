@@ -23,7 +23,10 @@ MARKOV_PID=
 timeout "${MOE_TIMEOUT:-420}" $PY cli.py fit --config "$MOE_CONFIG" \
   --trainer.default_root_dir "$OUT/$name" --trainer.logger.init_args.save_dir "$OUT/$name" ${EXTRA_ARGS:-} 2>&1 | tee "$OUT/$name.log"
 t1=$(date +%s); echo "moe wall-clock (process) $((t1 - start)) s"
-steps=$(grep -o 'max_steps=[0-9]*' "$OUT/$name.log" | tail -1 | cut -d= -f2)
+# Lightning's "`Trainer.fit` stopped: `max_steps=N` reached." only: a TimeBudget's planned
+# "max_steps=N" is printed early too, and is not the step count of a run cut short by time.
+steps=$(grep -o '`max_steps=[0-9]*` reached' "$OUT/$name.log" | tail -1 | tr -dc '0-9')
+[ -z "$steps" ] && echo "the MoE run did not end at max_steps (time limit or error): no dense control"
 if [ -n "$steps" ] && [ -z "${SKIP_DENSE:-}" ]; then
   # Dense control on the same tokens: the MoE config with dense MLPs of top_k x ffn width (the same
   # active parameters per token), the MoE run's step count, no TimeBudget.
@@ -43,9 +46,13 @@ print(f"dense control: max_steps={steps} (the MoE run's), dense_ffn_hidden_size=
 PY
   dense_timeout=${DENSE_TIMEOUT:-300}
   [ -n "${DEADLINE:-}" ] && dense_timeout=$(( DEADLINE - $(date +%s) - 5 ))
-  timeout "$dense_timeout" $PY cli.py fit --config "$OUT/dense-same-tokens.yaml" \
-    --trainer.default_root_dir "$OUT/dense" --trainer.logger.init_args.save_dir "$OUT/dense" ${EXTRA_ARGS:-} 2>&1 | tee "$OUT/dense.log"
-  echo "dense wall-clock (process) $(( $(date +%s) - t1 )) s"
+  if [ -n "${DEADLINE:-}" ] && [ "$dense_timeout" -lt 1 ]; then  # timeout: negative is an error, 0 "no limit"
+    echo "dense control skipped: DEADLINE leaves no time ($dense_timeout s)"
+  else
+    timeout "$dense_timeout" $PY cli.py fit --config "$OUT/dense-same-tokens.yaml" \
+      --trainer.default_root_dir "$OUT/dense" --trainer.logger.init_args.save_dir "$OUT/dense" ${EXTRA_ARGS:-} 2>&1 | tee "$OUT/dense.log"
+    echo "dense wall-clock (process) $(( $(date +%s) - t1 )) s"
+  fi
 fi
 [ -n "$MARKOV_PID" ] && wait $MARKOV_PID
 find "$OUT" -name "*.ckpt" -delete
