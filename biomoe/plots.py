@@ -77,16 +77,19 @@ def plot_validation_comparison(runs: dict[str, str | Path], out_path: str | Path
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    series = {label: read_metrics(csv_path).get(metric, []) for label, csv_path in runs.items()}
+    for label, points in series.items():
+        if not points:
+            raise ValueError(f"{runs[label]}: no {metric!r} values to plot")
     fig, ax = plt.subplots(figsize=(13, 5))
     plotted: list[float] = []
-    for label, csv_path in runs.items():
-        points = read_metrics(csv_path).get(metric, [])
-        if not points:
-            raise ValueError(f"{csv_path}: no {metric!r} values to plot")
+    for label, points in series.items():
         steps, values = zip(*points)
         ax.plot(steps, values, marker=".", label=f"{label} (last {values[-1]:.3f})")
         plotted.extend(values[len(values) // 10:])
-    for (label, value), style in zip((references or {}).items(), ("--", ":", "-.", (0, (5, 1)))):
+    styles = ("--", ":", "-.", (0, (5, 1)))
+    for index, (label, value) in enumerate((references or {}).items()):
+        style = styles[index % len(styles)]
         ax.axhline(value, color="grey", linestyle=style, label=f"{label} ({value:.3f})")
         plotted.append(value)
     if plotted:
