@@ -116,7 +116,7 @@ class BioMoECLI(LightningCLI):
         text = os.fspath(ckpt)
         if text in ("best", "last", "hpc") or text.startswith("registry") or "://" in text:
             return super()._parse_ckpt_path()  # Lightning's special values and remote URLs
-        from biomoe.predict import check_checkpoint_file
+        from biomoe.inference import check_checkpoint_file
 
         check_checkpoint_file(text)
         try:

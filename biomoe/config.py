@@ -13,6 +13,11 @@ class ConfigError(ValueError):
     """An invalid configuration; the message is one line that says what to change."""
 
 
+LAYER_BACKEND_FIELDS: tuple[str, ...] = ("norm_backend", "attention_backend", "router_backend",
+                                         "dispatch_backend")
+"""The ModelConfig fields that pick torch or TE for one layer component (``auto | torch | te``)."""
+
+
 @dataclass
 class ModelConfig:
     """Shape of the MoE decoder (litgpt-style: one dataclass describes the whole model).
@@ -107,7 +112,7 @@ class ModelConfig:
         parse_precision(self.precision)
         if self.precision_fallback is not None:
             parse_precision(self.precision_fallback)
-        for name in ("attention_backend", "norm_backend", "router_backend", "dispatch_backend"):
+        for name in LAYER_BACKEND_FIELDS:
             if getattr(self, name) not in ("auto", "torch", "te"):
                 raise ConfigError(f"model.config.{name}={getattr(self, name)!r}; choose auto, torch or te")
         from biomoe.moe.experts import known_backends  # local import: registry fills at import

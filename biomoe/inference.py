@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import zipfile
 from typing import Any
 
 import numpy as np
 import torch
 
-from biomoe.config import ModelConfig
+from biomoe.config import ConfigError, ModelConfig
 from biomoe.errors import GenomeInputError
 from biomoe.losses import per_position_log_likelihood
 from biomoe.model import MoETransformer
 from biomoe.tokenizer import BOS_ID, NucleotideTokenizer
 
-__all__ = ["load_model", "model_config_from", "sequence_log_likelihood"]
+__all__ = ["check_checkpoint_file", "load_model", "model_config_from", "sequence_log_likelihood"]
 
 
 def model_config_from(hparams: dict[str, Any]) -> ModelConfig:
@@ -42,16 +43,47 @@ def load_model(ckpt_path: str | os.PathLike[str], map_location: str = "cpu",
     scorable on a CPU); the weights are the same for every backend.
     """
     path = os.fspath(ckpt_path)
-    if not os.path.isfile(path):
-        raise GenomeInputError(path, "checkpoint not found")
-    ckpt = torch.load(path, map_location=map_location, weights_only=False)
-    cfg = model_config_from(ckpt.get("hyper_parameters", {}))
-    if expert_backend is not None:
-        cfg.expert_backend = expert_backend
-    model = MoETransformer(cfg)
-    state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    model.load_state_dict(state)
+    check_checkpoint_file(path)
+    if os.path.isdir(path):
+        raise GenomeInputError(path, "is a folder (a distributed checkpoint?); this needs a checkpoint file: "
+                                     f"python -m biomoe.parallel.checkpoint {path} model.ckpt")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+        cfg = model_config_from(ckpt.get("hyper_parameters", {}))
+        if expert_backend is not None:
+            cfg.expert_backend = expert_backend
+        model = MoETransformer(cfg)
+        state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+        model.load_state_dict(state)
+    except (GenomeInputError, ConfigError):
+        raise
+    except Exception as exc:  # a torch file that is not a biomoe checkpoint, or a damaged one
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 200 else detail[:200] + "..."
+        raise GenomeInputError(path, f"cannot load as a biomoe checkpoint ({type(exc).__name__}: {detail})") from None
     return model.eval()
+
+
+def check_checkpoint_file(path: str | os.PathLike[str]) -> None:
+    """One-line errors for a checkpoint path that is missing or plainly not a torch checkpoint.
+
+    Cheap (no load): torch writes a zip archive (or, in the legacy format, a pickle starting with
+    byte 0x80), so a truncated download or a wrong file is caught before a long traceback.
+    Folders (distributed checkpoints) are left to their loader.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise GenomeInputError(path, "checkpoint not found")
+    if os.path.isdir(path):
+        return
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1)
+        is_zip = zipfile.is_zipfile(path)
+    except OSError as exc:
+        raise GenomeInputError(path, f"cannot read checkpoint ({exc.strerror or exc})") from None
+    if not is_zip and head != b"\x80":
+        raise GenomeInputError(path, "not a PyTorch checkpoint (truncated or corrupted file?)")
 
 
 @torch.no_grad()

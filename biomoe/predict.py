@@ -17,57 +17,18 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from biomoe.config import ConfigError
 from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome
 from biomoe.inference import load_model, sequence_log_likelihood
 from biomoe.model import MoETransformer
 
-__all__ = ["score_genome", "main", "check_checkpoint_file", "load_checkpoint", "positive_int", "write_output"]
-
-
-def check_checkpoint_file(path: str | os.PathLike[str]) -> None:
-    """One-line errors for a checkpoint path that is missing or plainly not a torch checkpoint.
-
-    Cheap (no load): torch writes a zip archive (or, in the legacy format, a pickle starting with
-    byte 0x80), so a truncated download or a wrong file is caught before a long traceback.
-    Folders (distributed checkpoints) are left to their loader.
-    """
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise GenomeInputError(path, "checkpoint not found")
-    if os.path.isdir(path):
-        return
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(1)
-        is_zip = zipfile.is_zipfile(path)
-    except OSError as exc:
-        raise GenomeInputError(path, f"cannot read checkpoint ({exc.strerror or exc})") from None
-    if not is_zip and head != b"\x80":
-        raise GenomeInputError(path, "not a PyTorch checkpoint (truncated or corrupted file?)")
-
-
-def load_checkpoint(path: str | os.PathLike[str]) -> MoETransformer:
-    """:func:`~biomoe.inference.load_model` with a one-line error for files it cannot use."""
-    check_checkpoint_file(path)
-    if os.path.isdir(path):
-        raise GenomeInputError(path, "is a folder; score-fasta/score-variants need a checkpoint file")
-    try:
-        return load_model(path)
-    except (GenomeInputError, ConfigError):
-        raise
-    except Exception as exc:  # torch.load / load_state_dict on a file that is not a biomoe checkpoint
-        detail = " ".join(str(exc).split())
-        detail = detail if len(detail) <= 200 else detail[:200] + "..."
-        raise GenomeInputError(path, f"cannot load as a biomoe checkpoint ({type(exc).__name__}: {detail})") from None
+__all__ = ["score_genome", "main", "positive_int", "write_output"]
 
 
 def positive_int(text: str) -> int:
@@ -127,7 +88,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     genome = Genome(args.fasta)
-    model = load_checkpoint(args.ckpt).to(args.device)
+    model = load_model(args.ckpt).to(args.device)
     per_base = score_genome(model, genome, args.window, args.batch_size)
     tsv = args.out.with_suffix(".tsv")
 

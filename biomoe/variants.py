@@ -24,9 +24,9 @@ import torch
 
 from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome
-from biomoe.inference import sequence_log_likelihood
+from biomoe.inference import load_model, sequence_log_likelihood
 from biomoe.model import MoETransformer
-from biomoe.predict import load_checkpoint, positive_int, write_output
+from biomoe.predict import positive_int, write_output
 
 __all__ = ["Variant", "read_variants", "score_variants", "main"]
 
@@ -150,7 +150,7 @@ def main(argv: list[str]) -> int:
         raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
                                               "and comments)")
     genome = Genome(args.fasta)
-    model = load_checkpoint(args.ckpt).to(args.device)
+    model = load_model(args.ckpt).to(args.device)
     rows = score_variants(model, genome, variants, args.window, source=str(args.variants))
     columns = ["contig", "position", "ref", "alt", "window_start", "logp_ref", "logp_alt", "llr"]
 

@@ -19,9 +19,9 @@ import torch
 from biomoe.bench.models import Contender, ReferenceInit, build_biomoe, build_hf, reference_init
 from biomoe.bench.shapes import SHAPES, BenchShape
 from biomoe.bench.timing import PEAK_BF16_TFLOPS, StepStats, free_memory, time_training
+from biomoe.config import LAYER_BACKEND_FIELDS
 
 PRECISIONS = ("bf16", "fp8-current", "fp8-block", "fp8-delayed")
-TE_LAYER_COMPONENTS = ("norm_backend", "attention_backend", "router_backend", "dispatch_backend")
 
 
 def te_available() -> bool:
@@ -35,10 +35,10 @@ def te_available() -> bool:
 def ablation_variants(init: ReferenceInit | None) -> list[tuple[str, Callable]]:
     """biomoe grouped bf16 with the TE layer components switched on one at a time (and none):
     locates a component that changes training, since all start from the same weights."""
-    all_torch = {c: "torch" for c in TE_LAYER_COMPONENTS}
+    all_torch = {c: "torch" for c in LAYER_BACKEND_FIELDS}
     out = [("biomoe-grouped-bf16[torch layers]",
             lambda s, d: build_biomoe(s, "grouped", "bf16", d, init=init, layer_backends=all_torch))]
-    for component in TE_LAYER_COMPONENTS:
+    for component in LAYER_BACKEND_FIELDS:
         only = dict(all_torch, **{component: "te"})
         label = f"biomoe-grouped-bf16[te {component.split('_')[0]} only]"
         out.append((label, lambda s, d, o=only: build_biomoe(s, "grouped", "bf16", d, init=init,
