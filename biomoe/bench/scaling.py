@@ -1,0 +1,308 @@
+"""Multi-GPU scaling runs: the training CLI itself, under ``ExpertParallelStrategy``, per layout.
+
+Why the CLI and not the single-process bench: scaling is about what a user's ``cli.py fit`` gets
+from more GPUs (FSDP2 all-gathers, all-to-all token dispatch, the data pipeline, the logger), so
+each point is a real short ``fit`` of a config with only the layout, depth, precision and step
+count changed. Weak scaling: every GPU reads its own micro-batch of ``seq_length`` tokens, so the
+ideal tokens/s per GPU is the one-GPU figure and scaling efficiency is their ratio.
+
+Throughput is the module's ``train/tokens_per_s`` (global tokens between consecutive training
+steps on the host clock; logging every step syncs the host with the device once per step), the
+median over the steps after ``--warmup``. Peak memory is rank 0's ``allocated_bytes.all.peak``
+from Lightning's ``DeviceStatsMonitor``. Model FLOPs use ``BenchShape.flops_per_step``.
+
+    python -m biomoe.bench.scaling run --config configs/mixtral-8x7b-ep8.yaml --layers 2 \
+        --layouts 1x1,1x2,1x4,2x2 --precisions bf16,fp8-block --out results/scaling/raw
+    python -m biomoe.bench.scaling report results/scaling/raw --out results/scaling
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from biomoe.bench.shapes import BenchShape
+from biomoe.bench.timing import PEAK_BF16_TFLOPS
+
+ROOT = Path(__file__).resolve().parents[2]
+PEAK_KEY_SUFFIX = "allocated_bytes.all.peak"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """``dp`` data-parallel shards (FSDP2) times ``ep`` expert-parallel ranks = GPUs."""
+
+    dp: int
+    ep: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Layout":
+        try:
+            dp, ep = (int(x) for x in text.lower().split("x"))
+        except ValueError:
+            raise ValueError(f"layout {text!r}: expected DPxEP, e.g. 2x4") from None
+        if dp < 1 or ep < 1:
+            raise ValueError(f"layout {text!r}: sizes must be positive")
+        return cls(dp, ep)
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.ep
+
+    @property
+    def label(self) -> str:
+        return f"dp{self.dp}xep{self.ep}"
+
+
+@dataclass
+class ScalingResult:
+    model: str
+    layers: int
+    precision: str
+    layout: str
+    gpus: int
+    steps_timed: int
+    tokens_per_s: float          # global, median over timed steps
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    peak_mem_gb: float | None
+    first_loss: float
+    last_loss: float
+    wall_s: float
+    concurrent: str = ""         # other runs sharing the host at the same time, if any
+    efficiency: float | None = None  # per-GPU tokens/s over the 1-GPU run's (same model, precision)
+
+
+def shape_of(cfg: dict) -> BenchShape:
+    """The FLOP-counting shape of a CLI config (micro-batch and sequence per GPU)."""
+    m = cfg["model"]["config"]
+    return BenchShape(name=f"{m['num_layers']}-layer", hidden=m["hidden_size"], ffn=m["ffn_hidden_size"],
+                      layers=m["num_layers"], heads=m["num_heads"], kv_heads=m["num_kv_heads"],
+                      experts=m["num_experts"], top_k=m["top_k"], seq=cfg["data"]["seq_length"],
+                      micro_batch=cfg["data"]["batch_size"], vocab=m.get("vocab_size", 64))
+
+
+def scaling_config(base: dict, layout: Layout, precision: str, steps: int, run_dir: Path,
+                   layers: int | None = None, fasta: str | None = None,
+                   activation_checkpointing: bool | None = None) -> dict:
+    """``base`` with only what a scaling point changes: GPUs, EP size, depth, precision, a short
+    fit with per-step logging, no validation and no checkpoint (a 47B checkpoint is hundreds of GB)."""
+    cfg = copy.deepcopy(base)
+    trainer = cfg.setdefault("trainer", {})
+    strategy = trainer.get("strategy")
+    if not (isinstance(strategy, dict) and strategy.get("class_path", "").endswith("ExpertParallelStrategy")):
+        raise ValueError("scaling runs need trainer.strategy = biomoe.parallel.strategy.ExpertParallelStrategy")
+    init = strategy.setdefault("init_args", {})
+    init["expert_parallel_size"] = layout.ep
+    init["data_parallel_replicate_size"] = 1
+    trainer.update(devices=layout.gpus, num_nodes=1, max_steps=steps, log_every_n_steps=1,
+                   limit_val_batches=0, num_sanity_val_steps=0, enable_checkpointing=False,
+                   enable_progress_bar=False, default_root_dir=str(run_dir))
+    trainer.pop("val_check_interval", None)
+    trainer["logger"] = {"class_path": "lightning.pytorch.loggers.CSVLogger",
+                         "init_args": {"save_dir": str(run_dir), "name": ""}}
+    trainer["callbacks"] = [c for c in trainer.get("callbacks") or []
+                            if not c["class_path"].endswith("ModelCheckpoint")]
+    trainer["callbacks"].append({"class_path": "lightning.pytorch.callbacks.DeviceStatsMonitor"})
+    model = cfg["model"]
+    model["config"]["precision"] = precision
+    if layers is not None:
+        model["config"]["num_layers"] = layers
+    if activation_checkpointing is not None:
+        model["activation_checkpointing"] = activation_checkpointing
+    optim = model.setdefault("optim", {})
+    optim["warmup_steps"] = min(int(optim.get("warmup_steps", 10)), max(steps // 5, 1))
+    if fasta is not None:
+        cfg["data"]["fasta"] = fasta
+    return cfg
+
+
+def read_metrics(run_dir: Path, warmup: int) -> dict:
+    """Median global tokens/s after ``warmup`` steps, first/last train loss, rank-0 peak memory."""
+    files = sorted(run_dir.glob("version_*/metrics.csv"))
+    if not files:
+        raise FileNotFoundError(f"{run_dir}: no version_*/metrics.csv (did the fit start?)")
+    speed, loss, peak = {}, {}, 0.0
+    with files[-1].open() as handle:
+        for row in csv.DictReader(handle):
+            step = int(row["step"]) if row.get("step") else None
+            if step is not None and row.get("train/tokens_per_s"):
+                speed[step] = float(row["train/tokens_per_s"])
+            if step is not None and row.get("train/loss"):
+                loss[step] = float(row["train/loss"])
+            for key, value in row.items():
+                if key.endswith(PEAK_KEY_SUFFIX) and value:
+                    peak = max(peak, float(value))
+    timed = [v for s, v in speed.items() if s >= warmup]
+    if not timed or not loss:
+        raise ValueError(f"{files[-1]}: no logged training steps at or after step {warmup} "
+                         f"(steps logged: {sorted(speed)[-3:]})")
+    return {"tokens_per_s": statistics.median(timed), "steps_timed": len(timed),
+            "first_loss": loss[min(loss)], "last_loss": loss[max(loss)],
+            "peak_mem_gb": peak / 1e9 if peak else None}
+
+
+def result_from_metrics(cfg: dict, model: str, precision: str, layout: Layout, metrics: dict,
+                        wall_s: float, concurrent: str = "") -> ScalingResult:
+    shape = shape_of(cfg)
+    per_gpu = metrics["tokens_per_s"] / layout.gpus
+    tflops = shape.flops_per_step() / shape.tokens_per_step * per_gpu / 1e12
+    return ScalingResult(model=model, layers=shape.layers, precision=precision, layout=layout.label,
+                         gpus=layout.gpus, steps_timed=metrics["steps_timed"],
+                         tokens_per_s=metrics["tokens_per_s"], tokens_per_s_per_gpu=per_gpu,
+                         tflops_per_gpu=tflops, mfu=tflops / PEAK_BF16_TFLOPS,
+                         peak_mem_gb=metrics["peak_mem_gb"], first_loss=metrics["first_loss"],
+                         last_loss=metrics["last_loss"], wall_s=wall_s, concurrent=concurrent)
+
+
+def add_efficiency(results: list[ScalingResult]) -> list[ScalingResult]:
+    """Per-GPU tokens/s over the 1-GPU run of the same model and precision (None without one)."""
+    single = {(r.model, r.layers, r.precision): r.tokens_per_s_per_gpu for r in results if r.gpus == 1}
+    for r in results:
+        base = single.get((r.model, r.layers, r.precision))
+        r.efficiency = r.tokens_per_s_per_gpu / base if base else None
+    return results
+
+
+def markdown(results: list[ScalingResult]) -> str:
+    lines = ["| model | precision | layout | GPUs | tokens/s | tokens/s/GPU | TFLOP/s/GPU | MFU | "
+             "efficiency vs 1 GPU | peak GB (rank 0) | loss first → last | note |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    for r in sorted(results, key=lambda r: (r.model, r.layers, r.precision, r.gpus, r.layout)):
+        eff = f"{r.efficiency:.0%}" if r.efficiency is not None else "—"
+        mem = f"{r.peak_mem_gb:.1f}" if r.peak_mem_gb is not None else "—"
+        lines.append(f"| {r.model} ({r.layers} layers) | {r.precision} | {r.layout} | {r.gpus} | "
+                     f"{r.tokens_per_s:,.0f} | {r.tokens_per_s_per_gpu:,.0f} | {r.tflops_per_gpu:.0f} | "
+                     f"{r.mfu:.0%} | {eff} | {mem} | {r.first_loss:.3f} → {r.last_loss:.3f} | "
+                     f"{('with ' + r.concurrent) if r.concurrent else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[ScalingResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[tuple, list[ScalingResult]] = {}
+    for r in results:
+        groups.setdefault((r.model, r.layers, r.precision), []).append(r)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for (model, layers, precision), rows in sorted(groups.items()):
+        rows = sorted(rows, key=lambda r: (r.gpus, r.layout))
+        ax.plot([f"{r.gpus} GPU\n{r.layout}" for r in rows], [r.tokens_per_s_per_gpu / 1e3 for r in rows],
+                marker="o", label=f"{model} {layers}L {precision}")
+    ax.set_ylabel("tokens / s per GPU (thousands)")
+    ax.set_title("biomoe weak scaling, cli.py fit under ExpertParallelStrategy")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def fit(cfg: dict, run_dir: Path, timeout_s: float) -> float:
+    """Write ``cfg`` beside the run and train it with ``cli.py fit``; returns wall-clock seconds."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path = run_dir / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    cmd = [sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(cfg_path)]
+    print("+", " ".join(cmd), flush=True)
+    start = time.perf_counter()
+    with (run_dir / "fit.log").open("w") as log:
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+    if proc.returncode != 0:
+        tail = (run_dir / "fit.log").read_text(errors="replace").strip().splitlines()[-3:]
+        raise RuntimeError(f"fit failed (exit {proc.returncode}): {' | '.join(tail)}")
+    return time.perf_counter() - start
+
+
+def run(args: argparse.Namespace) -> int:
+    base = yaml.safe_load(Path(args.config).read_text())
+    model = Path(args.config).stem
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    failures = 0
+    for precision in args.precisions.split(","):
+        for text in args.layouts.split(","):
+            layout = Layout.parse(text)
+            layers = args.layers or base["model"]["config"]["num_layers"]
+            name = f"{model}-{layers}L-{precision}-{layout.label}"
+            run_dir = out / name
+            cfg = scaling_config(base, layout, precision, args.steps, run_dir, layers=layers,
+                                 fasta=args.fasta, activation_checkpointing=args.activation_checkpointing)
+            try:
+                wall = fit(cfg, run_dir, args.timeout)
+                res = result_from_metrics(cfg, model, precision, layout,
+                                          read_metrics(run_dir, args.warmup), wall, args.concurrent)
+            except (RuntimeError, ValueError, FileNotFoundError, subprocess.TimeoutExpired) as err:
+                failures += 1
+                print(f"{name}: FAILED: {err}", flush=True)
+                (out / f"{name}.failed").write_text(f"{err}\n")
+                continue
+            (out / f"{name}.json").write_text(json.dumps(asdict(res), indent=2))
+            print(f"{name}: {res.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {res.tflops_per_gpu:.0f} "
+                  f"TFLOP/s/GPU, peak {res.peak_mem_gb} GB, loss {res.first_loss:.3f} -> "
+                  f"{res.last_loss:.3f}, {wall:.0f} s", flush=True)
+    return 1 if failures else 0
+
+
+def report(args: argparse.Namespace) -> int:
+    results = [ScalingResult(**json.loads(p.read_text()))
+               for d in args.dirs for p in sorted(Path(d).glob("*.json"))]
+    if not results:
+        print(f"biomoe scaling: error: no result JSON under {', '.join(args.dirs)}", file=sys.stderr)
+        return 2
+    add_efficiency(results)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from biomoe.bench.run import environment
+
+    env = {"command": " ".join(sys.argv), "environment": {
+        **environment(), "timing": "median train/tokens_per_s (host clock between steps, logged "
+                                   "every step) after warm-up, per fit; see each result's wall_s"}}
+    (out / "scaling.json").write_text(json.dumps({**env, "results": [asdict(r) for r in results]}, indent=2))
+    table = markdown(results)
+    (out / "scaling.md").write_text(table)
+    plot(results, out / "scaling.png")
+    print(table)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m biomoe.bench.scaling", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="short fits, one per precision x layout; one JSON per point")
+    r.add_argument("--config", default="configs/mixtral-8x7b-ep8.yaml")
+    r.add_argument("--layers", type=int, default=None, help="override num_layers (depth)")
+    r.add_argument("--layouts", default="1x1,1x2,1x4,2x2", help="comma list of DPxEP")
+    r.add_argument("--precisions", default="bf16,fp8-block")
+    r.add_argument("--steps", type=int, default=30)
+    r.add_argument("--warmup", type=int, default=10, help="steps left out of the median")
+    r.add_argument("--fasta", default=None, help="override data.fasta")
+    r.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=None)
+    r.add_argument("--timeout", type=float, default=600.0, help="seconds per fit")
+    r.add_argument("--concurrent", default="", help="note for runs sharing the host with others")
+    r.add_argument("--out", required=True)
+    p = sub.add_parser("report", help="merge result JSONs: table, efficiency, plot")
+    p.add_argument("dirs", nargs="+")
+    p.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    return run(args) if args.cmd == "run" else report(args)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
