@@ -3,12 +3,46 @@
 Each decoder block recomputes its activations in the backward pass instead of storing them, so
 memory grows with the number of blocks × one block input instead of every intermediate: this is
 what lets long genomic contexts (hundreds of kilobases) fit on one GPU.
+
+Under a Transformer Engine FP8 recipe the recomputation must run inside the same recipe as the
+forward (same quantised GEMMs, same saved tensors), but torch's checkpoint replays the block during
+backward, outside the ``te.autocast`` that wrapped the forward: TE modules then run in bf16 and save
+a different set of tensors, and torch raises ``CheckpointError`` (seen on the H200: 84 tensors saved
+in forward, 58 in recomputation, Mixtral-8x7B shape in fp8-block). TE's own ``checkpoint`` records
+the recipe in forward and re-enters it for the recomputation, so blocks use it whenever an FP8
+recipe is active, and torch's otherwise (CPU, bf16).
 """
 
 from __future__ import annotations
 
+import sys
+from typing import Any, Callable
+
+import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+
+def fp8_recipe_active() -> bool:
+    """True inside TE's FP8 autocast. Never imports TE: if it is not loaded, no recipe is active."""
+    te_quantization = sys.modules.get("transformer_engine.pytorch.quantization")
+    if te_quantization is None:
+        return False
+    return bool(te_quantization.FP8GlobalStateManager.is_fp8_enabled())
+
+
+def checkpoint_block(function: Callable, *args: Any, preserve_rng_state: bool = True,
+                     **kwargs: Any) -> Any:
+    """Non-reentrant checkpoint of one block: TE's under an FP8 recipe, torch's otherwise.
+
+    TE's version always caches and replays the RNG state, so ``preserve_rng_state`` only steers
+    torch's."""
+    if fp8_recipe_active():
+        from transformer_engine.pytorch.distributed import checkpoint as te_checkpoint
+
+        return te_checkpoint(function, *args, use_reentrant=False, **kwargs)
+    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False,
+                                             preserve_rng_state=preserve_rng_state, **kwargs)
 
 
 def apply_activation_checkpointing(model: nn.Module) -> nn.Module:
@@ -18,5 +52,6 @@ def apply_activation_checkpointing(model: nn.Module) -> nn.Module:
     that the recomputation sees the forward's masks; otherwise saving it is wasted work."""
     for index, block in enumerate(model.blocks):
         random = any(isinstance(m, nn.Dropout) and m.p > 0 for m in block.modules())
-        model.blocks[index] = checkpoint_wrapper(block, preserve_rng_state=random)
+        model.blocks[index] = checkpoint_wrapper(block, checkpoint_fn=checkpoint_block,
+                                                 preserve_rng_state=random)
     return model

@@ -141,3 +141,66 @@ def test_asking_for_te_on_cpu_is_a_config_error():
                       num_experts=4, top_k=2, ffn_hidden_size=64, attention_backend="te")
     with pytest.raises(ConfigError, match="attention_backend=te"):
         prepare(MoETransformer(cfg), cfg, torch.device("cpu"))
+
+
+def test_routed_experts_follow_the_routing_map_when_a_weight_underflows():
+    """A diverging router: token 0's second routed expert (3) has weight 0.0, tied with the
+    unrouted ones. The ids must still be the map's, or the dispatcher's counts and rows disagree."""
+    from biomoe.te.router import routed_experts
+
+    dense = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 0.6, 0.4, 0.0]])
+    routing_map = torch.tensor([[True, False, False, True], [False, True, True, False]])
+    weights, ids = routed_experts(dense, routing_map, top_k=2)
+    assert [sorted(row) for row in ids.tolist()] == [[0, 3], [1, 2]]
+    torch.testing.assert_close(weights, dense.gather(1, ids))
+    mask = torch.zeros_like(routing_map).scatter_(1, ids, True)
+    assert torch.equal(mask, routing_map)  # counts from the map == counts from the ids
+
+
+class _FakeTE:
+    """Stands in for TE's FP8 state and checkpoint so the CPU can check which checkpoint runs."""
+
+    def __init__(self, enabled: bool):
+        import types
+
+        self.calls = []
+        self.quantization = types.ModuleType("transformer_engine.pytorch.quantization")
+        self.quantization.FP8GlobalStateManager = type(
+            "FP8GlobalStateManager", (), {"is_fp8_enabled": staticmethod(lambda: enabled)})
+        self.distributed = types.ModuleType("transformer_engine.pytorch.distributed")
+
+        def checkpoint(function, *args, use_reentrant=True, **kwargs):
+            self.calls.append((use_reentrant, sorted(kwargs)))
+            return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=use_reentrant, **kwargs)
+
+        self.distributed.checkpoint = checkpoint
+
+    def install(self, monkeypatch):
+        monkeypatch.setitem(__import__("sys").modules, "transformer_engine.pytorch.quantization", self.quantization)
+        monkeypatch.setitem(__import__("sys").modules, "transformer_engine.pytorch.distributed", self.distributed)
+
+
+@pytest.mark.parametrize("fp8", [True, False])
+def test_activation_checkpointing_recomputes_through_te_under_an_fp8_recipe(monkeypatch, fp8):
+    """Under FP8 the blocks must recompute through TE's checkpoint (it re-enters the recipe),
+    non-reentrant and with no torch-only keyword leaking into the block; otherwise torch's."""
+    from biomoe.activation_checkpointing import apply_activation_checkpointing
+    from biomoe.model import MoETransformer
+
+    fake = _FakeTE(enabled=fp8)
+    fake.install(monkeypatch)
+    cfg = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                      num_experts=4, top_k=2, ffn_hidden_size=64, expert_backend="loop", dropout=0.1)
+    torch.manual_seed(0)
+    plain, wrapped = MoETransformer(cfg), MoETransformer(cfg)
+    wrapped.load_state_dict(plain.state_dict())
+    apply_activation_checkpointing(wrapped)
+    ids = torch.randint(4, 8, (2, 16))
+    grads = []
+    for model in (plain, wrapped):
+        torch.manual_seed(1)
+        model(ids).logits.float().pow(2).mean().backward()
+        grads.append({n.replace("_checkpoint_wrapped_module.", ""): p.grad for n, p in model.named_parameters()})
+    assert fake.calls == ([(False, [])] * cfg.num_layers if fp8 else [])
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-6)

@@ -213,12 +213,13 @@ def plot(results: list[ScalingResult], path: Path) -> None:
     plt.close(fig)
 
 
-def fit(cfg: dict, run_dir: Path, timeout_s: float) -> float:
-    """Write ``cfg`` beside the run and train it with ``cli.py fit``; returns wall-clock seconds."""
+def fit(cfg: dict, run_dir: Path, timeout_s: float, cli_args: list[str] = ()) -> float:
+    """Write ``cfg`` beside the run and train it with ``cli.py fit`` (plus ``cli_args``, e.g.
+    ``--trainer.profiler=simple``); returns wall-clock seconds."""
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run_dir / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    cmd = [sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(cfg_path)]
+    cmd = [sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(cfg_path), *cli_args]
     print("+", " ".join(cmd), flush=True)
     start = time.perf_counter()
     with (run_dir / "fit.log").open("w") as log:
@@ -244,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
             cfg = scaling_config(base, layout, precision, args.steps, run_dir, layers=layers,
                                  fasta=args.fasta, activation_checkpointing=args.activation_checkpointing)
             try:
-                wall = fit(cfg, run_dir, args.timeout)
+                wall = fit(cfg, run_dir, args.timeout, args.cli_args.split())
                 res = result_from_metrics(cfg, model, precision, layout,
                                           read_metrics(run_dir, args.warmup), wall, args.concurrent)
             except (RuntimeError, ValueError, FileNotFoundError, subprocess.TimeoutExpired) as err:
@@ -294,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--fasta", default=None, help="override data.fasta")
     r.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=None)
     r.add_argument("--timeout", type=float, default=600.0, help="seconds per fit")
+    r.add_argument("--cli-args", default="", help="extra cli.py fit arguments, space-separated")
     r.add_argument("--concurrent", default="", help="note for runs sharing the host with others")
     r.add_argument("--out", required=True)
     p = sub.add_parser("report", help="merge result JSONs: table, efficiency, plot")

@@ -38,7 +38,7 @@ class TEFusedTopKRouter(TopKRouter):
         dense_weights, routing_map = fused_topk_with_score_function(
             logits, self.top_k, use_pre_softmax=False, num_groups=None, group_topk=None,
             scaling_factor=None, score_function="softmax", expert_bias=None)
-        weights, indices = torch.topk(dense_weights, self.top_k, dim=-1)
+        weights, indices = routed_experts(dense_weights, routing_map, self.top_k)
         counts = routing_map.sum(dim=0, dtype=torch.int64)
         _, probs = fused_compute_score_for_moe_aux_loss(logits, self.top_k, "softmax")
         if self.stats_reducer is None:
@@ -51,6 +51,20 @@ class TEFusedTopKRouter(TopKRouter):
         self._accumulate(*stats)
         self._accumulate_entropy(probs)  # full softmax over experts, as the torch router logs
         return RoutingResult(indices, weights, counts, probs, aux, router_z_loss(logits))
+
+
+def routed_experts(dense_weights: Tensor, routing_map: Tensor, top_k: int) -> tuple[Tensor, Tensor]:
+    """Weights and expert ids of each token's routed experts, exactly those in ``routing_map``.
+
+    A plain ``topk`` of ``dense_weights`` is not enough: when one logit dwarfs the others (a
+    diverging run), the second routed expert's softmax weight underflows to 0.0 and ties with
+    every unrouted expert, so ``topk`` may name an expert the map does not. The per-expert counts
+    (taken from the map) then disagree with the ids the dispatcher permutes by, and TE's padded
+    permute wrote out of bounds (CUDA illegal memory access, seen on the H200 in fp8-block).
+    Adding the map as +2 (weights are at most 1) ranks routed experts first in every row."""
+    score = dense_weights + 2.0 * routing_map.to(dense_weights.dtype)
+    indices = torch.topk(score, top_k, dim=-1).indices
+    return dense_weights.gather(1, indices), indices
 
 
 def use_te_router(router: TopKRouter) -> TopKRouter:

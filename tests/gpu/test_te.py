@@ -313,3 +313,35 @@ def test_adamw_on_a_fixed_batch_lowers_the_loss_with_te_layers():
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(loss))
     assert losses[-1] < losses[0], losses
+
+
+@pytest.mark.parametrize("precision", ["fp8-block", "fp8-delayed"])
+def test_activation_checkpointing_under_fp8_matches_no_checkpointing(precision):
+    """Recomputation must run under the forward's FP8 recipe: torch's checkpoint alone replays
+    the blocks outside te.autocast and raised CheckpointError on the 32-layer Mixtral run."""
+    from biomoe.activation_checkpointing import apply_activation_checkpointing
+    from biomoe.te.runtime import prepare
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 64, (2, 128), device=DEV)
+    grads, losses = [], []
+    state = None
+    for checkpointing in (False, True):
+        model = MoETransformer(small_config(expert_backend="auto", precision=precision)).to(DEV)
+        if state is None:
+            state = model.state_dict()
+        model.load_state_dict(state)
+        if checkpointing:
+            apply_activation_checkpointing(model)
+        runtime = prepare(model, model.config, DEV)
+        with runtime.autocast(), torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(ids)
+        loss = out.logits.float().pow(2).mean() + 0.01 * out.aux_loss
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append({n.replace("_checkpoint_wrapped_module.", ""): p.grad for n, p in model.named_parameters()
+                      if p.grad is not None})
+    torch.testing.assert_close(losses[1], losses[0])
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():
+        assert rel(grads[1][name].float(), grad.float()) < 1e-2, name
