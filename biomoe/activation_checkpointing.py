@@ -40,7 +40,10 @@ def checkpoint_block(function: Callable, *args: Any, preserve_rng_state: bool = 
     if fp8_recipe_active():
         from transformer_engine.pytorch.distributed import checkpoint as te_checkpoint
 
-        return te_checkpoint(function, *args, use_reentrant=False, **kwargs)
+        # A plain callable, not the block: TE looks for its layer classes in ``modules()`` and
+        # falls back to torch's checkpoint when it finds none, and our TE layers are deliberately
+        # not submodules (state_dict keys stay backend-independent).
+        return te_checkpoint(lambda *a, **k: function(*a, **k), *args, use_reentrant=False, **kwargs)
     return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False,
                                              preserve_rng_state=preserve_rng_state, **kwargs)
 

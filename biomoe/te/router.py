@@ -60,7 +60,7 @@ def routed_experts(dense_weights: Tensor, routing_map: Tensor, top_k: int) -> tu
     diverging run), the second routed expert's softmax weight underflows to 0.0 and ties with
     every unrouted expert, so ``topk`` may name an expert the map does not. The per-expert counts
     (taken from the map) then disagree with the ids the dispatcher permutes by, and TE's padded
-    permute wrote out of bounds (CUDA illegal memory access, seen on the H200 in fp8-block).
+    permute would place rows by counts that do not match them.
     Adding the map as +2 (weights are at most 1) ranks routed experts first in every row."""
     score = dense_weights + 2.0 * routing_map.to(dense_weights.dtype)
     indices = torch.topk(score, top_k, dim=-1).indices
