@@ -94,7 +94,12 @@ class BioMoEModule(L.LightningModule):
 
             from biomoe.te.runtime import prepare
 
-            self._fast_path = prepare(self.model, self.config, self.device, announce=rank_zero_info)
+            runtime = prepare(self.model, self.config, self.device, announce=rank_zero_info)
+            if self.activation_checkpointing and runtime.precision.use_te:
+                from biomoe.activation_checkpointing import check_precision_for_checkpointing
+
+                check_precision_for_checkpointing(runtime.precision.name)  # after any fallback
+            self._fast_path = runtime
         return self._fast_path
 
     # --------------------------------------------------------------------------------- training

@@ -206,3 +206,13 @@ def test_activation_checkpointing_recomputes_through_te_under_an_fp8_recipe(monk
     assert fake.calls == ([(False, [], False)] * cfg.num_layers if fp8 else [])
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-6)
+
+
+def test_activation_checkpointing_refuses_delayed_scaling_in_one_line():
+    from biomoe.activation_checkpointing import check_precision_for_checkpointing
+
+    with pytest.raises(ConfigError, match="fp8-delayed") as info:
+        check_precision_for_checkpointing("fp8-delayed")
+    assert "\n" not in str(info.value) and "fp8-block" in str(info.value)
+    for ok in ("bf16", "fp8-current", "fp8-block", "mxfp8"):
+        check_precision_for_checkpointing(ok)

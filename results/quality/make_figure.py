@@ -1,4 +1,5 @@
-"""Redraw results/quality/validation.png from the committed metrics (run from the repo root):
+"""Redraw results/quality/validation.png and validation-variants.png from the committed metrics
+(run from the repo root):
     python results/quality/make_figure.py
 """
 
@@ -16,6 +17,13 @@ RUNS = {
     "dense, same tokens as ecoli-long": "ecoli-long-dense",
     "MoE, 300 s TimeBudget = 2,400 steps, dropout 0.1": "timebudget300s-dropout0.1",
 }
+VARIANTS = {  # device call E: four regularisation variants at once, one per GPU (variants-run/)
+    "MoE, ecoli-quality (reference recipe)": "ecoli-quality",
+    "v1: weight decay 1.0, 2,000 steps": "variants-run/ecoli-v1-wd1",
+    "v2: v1 + EMA 0.997": "variants-run/ecoli-v2-wd1-ema",
+    "v3: hidden 768, dropout 0.3, wd 1.0, EMA, 1,400 steps": "variants-run/ecoli-v3-wide768",
+    "v4: dropout 0.2, wd 2.0, EMA, 2,800 steps": "variants-run/ecoli-v4-wd2-long",
+}
 REFERENCES = {"transformers Mixtral, 5 min (issue #6)": 1.853, "order-7 Markov (best k)": 1.9358,
               "target": 1.80}
 
@@ -23,4 +31,8 @@ if __name__ == "__main__":
     out = plot_validation_comparison({label: HERE / run / "metrics.csv" for label, run in RUNS.items()},
                                      HERE / "validation.png", REFERENCES,
                                      title="E. coli 536, last 10% of the chromosome held out (one H200)")
+    print(out)
+    out = plot_validation_comparison({label: HERE / run / "metrics.csv" for label, run in VARIANTS.items()},
+                                     HERE / "validation-variants.png", REFERENCES,
+                                     title="E. coli 536 held out: regularisation variants (one H200 each)")
     print(out)

@@ -315,10 +315,11 @@ def test_adamw_on_a_fixed_batch_lowers_the_loss_with_te_layers():
     assert losses[-1] < losses[0], losses
 
 
-@pytest.mark.parametrize("precision", ["fp8-block", "fp8-delayed"])
+@pytest.mark.parametrize("precision", ["fp8-block", "fp8-current"])
 def test_activation_checkpointing_under_fp8_matches_no_checkpointing(precision):
     """Recomputation must run under the forward's FP8 recipe: torch's checkpoint alone replays
-    the blocks outside te.autocast and raised CheckpointError on the 32-layer Mixtral run."""
+    the blocks outside te.autocast and raised CheckpointError on the 32-layer Mixtral run.
+    (fp8-delayed is refused with activation checkpointing: its recomputation differs by 4 %.)"""
     from biomoe.activation_checkpointing import apply_activation_checkpointing
     from biomoe.te.runtime import prepare
 
