@@ -35,6 +35,8 @@ def tiny_ep_config() -> dict:
 def test_layout_parse():
     assert scaling.Layout.parse("2x4") == scaling.Layout(2, 4)
     assert scaling.Layout.parse("2x4").gpus == 8 and scaling.Layout.parse("1x2").label == "dp1xep2"
+    single = scaling.Layout.parse("single")
+    assert single.gpus == 1 and single.single_device and single.label == "single-device"
     for bad in ("4", "2x", "0x2", "axb"):
         with pytest.raises(ValueError, match="layout"):
             scaling.Layout.parse(bad)
@@ -51,6 +53,8 @@ def test_scaling_config_changes_only_the_layout_and_run(tmp_path):
     assert not any(c.endswith("ModelCheckpoint") for c in classes) and classes[-1].endswith("DeviceStatsMonitor")
     assert base["model"]["config"]["num_layers"] == 2  # the base config is not modified
     assert cfg["model"]["config"]["hidden_size"] == base["model"]["config"]["hidden_size"]
+    single = scaling.scaling_config(base, scaling.Layout.parse("single"), "bf16", 5, tmp_path)
+    assert "strategy" not in single["trainer"] and single["trainer"]["devices"] == 1
     plain = tiny_ep_config()
     plain["trainer"].pop("strategy")
     with pytest.raises(ValueError, match="ExpertParallelStrategy"):
@@ -59,7 +63,7 @@ def test_scaling_config_changes_only_the_layout_and_run(tmp_path):
 
 def test_cpu_fits_at_ep1_and_ep2_give_a_scaling_table(tmp_path):
     results = []
-    for layout in (scaling.Layout(1, 1), scaling.Layout(1, 2)):
+    for layout in (scaling.Layout(1, 1), scaling.Layout(1, 2), scaling.Layout.parse("single")):
         run_dir = tmp_path / layout.label
         cfg = scaling.scaling_config(tiny_ep_config(), layout, "bf16", 12, run_dir)
         wall = scaling.fit(cfg, run_dir, timeout_s=300)
@@ -76,6 +80,7 @@ def test_cpu_fits_at_ep1_and_ep2_give_a_scaling_table(tmp_path):
     eff = {r["layout"]: r["efficiency"] for r in merged}
     assert eff["dp1xep1"] == pytest.approx(1.0)
     assert eff["dp1xep2"] == pytest.approx(results[1].tokens_per_s_per_gpu / results[0].tokens_per_s_per_gpu)
+    assert eff["single-device"] == pytest.approx(results[2].tokens_per_s_per_gpu / results[0].tokens_per_s_per_gpu)
     assert "dp1xep2" in (tmp_path / "report" / "scaling.md").read_text()
     assert (tmp_path / "report" / "scaling.png").stat().st_size > 0
 

@@ -41,13 +41,19 @@ PEAK_KEY_SUFFIX = "allocated_bytes.all.peak"
 
 @dataclass(frozen=True)
 class Layout:
-    """``dp`` data-parallel shards (FSDP2) times ``ep`` expert-parallel ranks = GPUs."""
+    """``dp`` data-parallel shards (FSDP2) times ``ep`` expert-parallel ranks = GPUs.
+
+    ``single_device`` (written ``single``) is one GPU under Lightning's default strategy instead
+    of ``ExpertParallelStrategy``: beside ``1x1`` it measures what FSDP2 and the strategy cost."""
 
     dp: int
     ep: int
+    single_device: bool = False
 
     @classmethod
     def parse(cls, text: str) -> "Layout":
+        if text.strip().lower() == "single":
+            return cls(1, 1, single_device=True)
         try:
             dp, ep = (int(x) for x in text.lower().split("x"))
         except ValueError:
@@ -62,7 +68,7 @@ class Layout:
 
     @property
     def label(self) -> str:
-        return f"dp{self.dp}xep{self.ep}"
+        return "single-device" if self.single_device else f"dp{self.dp}xep{self.ep}"
 
 
 @dataclass
@@ -104,9 +110,12 @@ def scaling_config(base: dict, layout: Layout, precision: str, steps: int, run_d
     strategy = trainer.get("strategy")
     if not (isinstance(strategy, dict) and strategy.get("class_path", "").endswith("ExpertParallelStrategy")):
         raise ValueError("scaling runs need trainer.strategy = biomoe.parallel.strategy.ExpertParallelStrategy")
-    init = strategy.setdefault("init_args", {})
-    init["expert_parallel_size"] = layout.ep
-    init["data_parallel_replicate_size"] = 1
+    if layout.single_device:
+        trainer.pop("strategy")
+    else:
+        init = strategy.setdefault("init_args", {})
+        init["expert_parallel_size"] = layout.ep
+        init["data_parallel_replicate_size"] = 1
     trainer.update(devices=layout.gpus, num_nodes=1, max_steps=steps, log_every_n_steps=1,
                    limit_val_batches=0, num_sanity_val_steps=0, enable_checkpointing=False,
                    enable_progress_bar=False, default_root_dir=str(run_dir))
@@ -168,8 +177,10 @@ def result_from_metrics(cfg: dict, model: str, precision: str, layout: Layout, m
 
 
 def add_efficiency(results: list[ScalingResult]) -> list[ScalingResult]:
-    """Per-GPU tokens/s over the 1-GPU run of the same model and precision (None without one)."""
-    single = {(r.model, r.layers, r.precision): r.tokens_per_s_per_gpu for r in results if r.gpus == 1}
+    """Per-GPU tokens/s over the 1-GPU ``dp1xep1`` run (same strategy) of the same model and
+    precision; None without one. A ``single-device`` row's value is then the strategy's cost."""
+    single = {(r.model, r.layers, r.precision): r.tokens_per_s_per_gpu for r in results
+              if r.layout == "dp1xep1"}
     for r in results:
         base = single.get((r.model, r.layers, r.precision))
         r.efficiency = r.tokens_per_s_per_gpu / base if base else None
@@ -288,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="short fits, one per precision x layout; one JSON per point")
     r.add_argument("--config", default="configs/mixtral-8x7b-ep8.yaml")
     r.add_argument("--layers", type=int, default=None, help="override num_layers (depth)")
-    r.add_argument("--layouts", default="1x1,1x2,1x4,2x2", help="comma list of DPxEP")
+    r.add_argument("--layouts", default="1x1,1x2,1x4,2x2",
+                   help="comma list of DPxEP, or 'single' (1 GPU, Lightning's default strategy)")
     r.add_argument("--precisions", default="bf16,fp8-block")
     r.add_argument("--steps", type=int, default=30)
     r.add_argument("--warmup", type=int, default=10, help="steps left out of the median")
