@@ -97,3 +97,25 @@ def test_failed_fit_is_reported_with_its_log_tail(tmp_path):
 def test_report_without_results_is_an_error(tmp_path, capsys):
     assert scaling.main(["report", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "no result JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (None, "cannot read"),
+    ("trainer: [unclosed", "cannot read"),
+    ("just text", "not a biomoe fit config"),
+    ("model: {config: {num_layers: 2}}\ndata: {seq_length: 8}\ntrainer: {devices: 1}\n", "ExpertParallelStrategy"),
+])
+def test_bad_config_is_one_line_and_exit_2(tmp_path, capsys, content, fragment):
+    path = tmp_path / "c.yaml"
+    if content is not None:
+        path.write_text(content)
+    assert scaling.main(["run", "--config", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and "\n" not in err and err.startswith("biomoe scaling: error:")
+
+
+def test_bad_layout_is_one_line_and_exit_2(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(tiny_ep_config()))
+    assert scaling.main(["run", "--config", str(path), "--layouts", "1x1,4", "--out", str(tmp_path / "o")]) == 2
+    assert "layout '4'" in capsys.readouterr().err

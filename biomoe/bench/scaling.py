@@ -241,15 +241,33 @@ def fit(cfg: dict, run_dir: Path, timeout_s: float, cli_args: list[str] = ()) ->
     return time.perf_counter() - start
 
 
+def load_base_config(path: str) -> dict:
+    """The config every point starts from; ValueError (one line, naming the file) if unusable."""
+    try:
+        base = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ValueError(f"{path}: cannot read the config ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    if not (isinstance(base, dict) and isinstance(base.get("model", {}).get("config"), dict)
+            and isinstance(base.get("data"), dict)):
+        raise ValueError(f"{path}: not a biomoe fit config (needs model.config and data sections)")
+    scaling_config(base, Layout(1, 1), "bf16", 1, Path("."))  # the strategy check, before any fit
+    return base
+
+
 def run(args: argparse.Namespace) -> int:
-    base = yaml.safe_load(Path(args.config).read_text())
+    try:
+        base = load_base_config(args.config)
+        layouts = [Layout.parse(text) for text in args.layouts.split(",")]
+    except ValueError as err:
+        print(f"biomoe scaling: error: {err}", file=sys.stderr)
+        return 2
     model = Path(args.config).stem
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     failures = 0
     for precision in args.precisions.split(","):
-        for text in args.layouts.split(","):
-            layout = Layout.parse(text)
+        for layout in layouts:
             layers = args.layers or base["model"]["config"]["num_layers"]
             name = f"{model}-{layers}L-{precision}-{layout.label}"
             run_dir = out / name
