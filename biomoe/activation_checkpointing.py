@@ -29,13 +29,15 @@ RECOMPUTE_UNSAFE_PRECISIONS = ("fp8-delayed",)
 
 
 def check_precision_for_checkpointing(precision: str) -> None:
-    """One-line error for a recipe the recomputation cannot reproduce.
+    """One-line error for a recipe the recomputation did not reproduce on the GPU.
 
-    Delayed scaling updates its scales when the forward's ``te.autocast`` exits, so the blocks
-    recomputed in backward quantise with different scales than the forward did: on the H200 the
-    embedding gradient then differed by 4 % from the same step without checkpointing, while
-    fp8-block matched (tests/gpu/test_te.py). Current and block scaling derive scales from the
-    tensors themselves and recompute exactly."""
+    Measured on the H200 (tests/gpu/test_te.py, one step, Hopper's default ``te_fused`` experts):
+    with fp8-delayed the embedding gradient under checkpointing differed by 4 % from the same step
+    without it, while fp8-block matched. The likely cause: delayed scaling updates its scales when
+    the forward's ``te.autocast`` exits; TE's base modules restore the forward's scales for the
+    recomputation, but the ``te.ops`` path may not, and the recomputation's own autocast exit
+    reduces amax again. Not established; the refusal rests on the measurement. Current and block
+    scaling derive scales from the tensors themselves."""
     if precision in RECOMPUTE_UNSAFE_PRECISIONS:
         raise ConfigError(f"activation_checkpointing with precision {precision}: the backward's "
                           "recomputation would quantise with the scales the forward just updated "

@@ -119,3 +119,189 @@ def test_bad_layout_is_one_line_and_exit_2(tmp_path, capsys):
     path.write_text(yaml.safe_dump(tiny_ep_config()))
     assert scaling.main(["run", "--config", str(path), "--layouts", "1x1,4", "--out", str(tmp_path / "o")]) == 2
     assert "layout '4'" in capsys.readouterr().err
+
+
+def test_scaling_config_drops_the_precision_fallback_and_pinned_shard_size(tmp_path):
+    """A point is labelled with the precision it asks for, so it must not quietly run another
+    (mixtral-8x7b-ep8 falls back from mxfp8 to fp8-block); and its GPU count sets the FSDP size."""
+    base = tiny_ep_config()
+    base["model"]["config"]["precision_fallback"] = "bf16"
+    base["trainer"]["strategy"]["init_args"]["data_parallel_shard_size"] = 8
+    cfg = scaling.scaling_config(base, scaling.Layout(1, 2), "fp8-block", 5, tmp_path)
+    assert "precision_fallback" not in cfg["model"]["config"]
+    assert cfg["trainer"]["strategy"]["init_args"]["data_parallel_shard_size"] == "auto"
+    assert base["model"]["config"]["precision_fallback"] == "bf16"
+
+
+def test_shape_of_fills_what_the_config_leaves_to_the_defaults():
+    from biomoe.config import ModelConfig
+
+    cfg = {"model": {"config": {"hidden_size": 32}}, "data": {"fasta": "x.fa"}}
+    shape = scaling.shape_of(cfg)
+    assert shape.hidden == 32 and shape.layers == ModelConfig.num_layers
+    assert shape.kv_heads == ModelConfig.num_kv_heads and shape.ffn == ModelConfig.ffn_hidden_size
+    assert (shape.seq, shape.micro_batch) == (1024, 8)  # GenomeDataModule's defaults
+
+
+def _write_metrics(path: Path, tokens_per_s: float) -> None:
+    path.mkdir(parents=True)
+    rows = ["step,train/loss,train/tokens_per_s"] + [f"{s},{4 - s * 0.1},{tokens_per_s}" for s in range(1, 6)]
+    (path / "metrics.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_read_metrics_takes_the_newest_version_by_number(tmp_path):
+    """A point re-run ten times: version_10 is the newest, although it sorts before version_9."""
+    _write_metrics(tmp_path / "version_9", 100.0)
+    _write_metrics(tmp_path / "version_10", 200.0)
+    assert scaling.read_metrics(tmp_path, warmup=2)["tokens_per_s"] == 200.0
+
+
+def test_activation_checkpointing_is_recorded_and_kept_apart(tmp_path):
+    """With and without recomputation are different measurements: separate files, labelled in the
+    table, and an AC row's efficiency is against the 1-GPU AC run only."""
+    metrics = {"tokens_per_s": 100.0, "steps_timed": 5, "first_loss": 4.0, "last_loss": 3.0, "peak_mem_gb": None}
+    rows = []
+    for ac, layout in ((False, scaling.Layout(1, 1)), (True, scaling.Layout(1, 2))):
+        cfg = scaling.scaling_config(tiny_ep_config(), layout, "bf16", 5, tmp_path, activation_checkpointing=ac)
+        rows.append(scaling.result_from_metrics(cfg, "tiny", "bf16", layout, metrics, 1.0))
+    assert [r.activation_checkpointing for r in rows] == [False, True]
+    scaling.add_efficiency(rows)
+    assert rows[0].efficiency == pytest.approx(1.0) and rows[1].efficiency is None
+    assert "bf16 + AC" in scaling.markdown(rows)
+    names = {scaling.point_name("tiny", 2, "bf16", scaling.Layout(1, 1), ac) for ac in (False, True)}
+    assert len(names) == 2
+    old = {k: v for k, v in scaling.asdict(rows[0]).items() if k != "activation_checkpointing"}
+    assert scaling.ScalingResult(**old).activation_checkpointing is False  # earlier JSONs still load
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--layers", "0"], "--layers 0"),
+    (["--steps", "10", "--warmup", "10"], "warmup < steps"),
+    (["--precisions", "bf16,fp8-blok"], "fp8-blok"),
+    (["--timeout", "0"], "--timeout"),
+    (["--cli-args=--trainer.profiler='simple"], "--cli-args"),
+])
+def test_bad_run_arguments_are_one_line_and_exit_2(tmp_path, capsys, extra, fragment):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(tiny_ep_config()))
+    assert scaling.main(["run", "--config", str(path), "--out", str(tmp_path / "o"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and "\n" not in err and err.startswith("biomoe scaling: error:")
+    assert not (tmp_path / "o").exists()  # refused before any fit
+
+
+def test_unreadable_result_json_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "x.json").write_text("{")
+    assert scaling.main(["report", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "x.json" in err and "\n" not in err
+
+
+def _fake_cli(root: Path, body: str) -> None:
+    """A stand-in for cli.py, so that the runner's process handling is tested in seconds."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "cli.py").write_text("import os, subprocess, sys, time\n" + body)
+
+
+def _fake_ranks(tmp_path: Path) -> Path:
+    """A cli.py that, like Lightning, starts rank 1 as its child; both write their pid and wait."""
+    pids = tmp_path / "pids"
+    _fake_cli(tmp_path / "root", f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                                 f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\ntime.sleep(60)\n")
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _wait_for_pids(pids: Path, seconds: float) -> list[int]:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [int(pid) for pid in pids.read_text().split()]
+
+
+def _assert_all_end_then_clean_up(pids: Path) -> None:
+    """Both fake ranks are gone within seconds; whatever the outcome, none is left running."""
+    import os
+    import signal
+    import time
+
+    started = [int(pid) for pid in pids.read_text().split()] if pids.exists() else []
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    survivors = [pid for pid in started if _alive(pid)]
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert len(started) == 2 and not survivors, f"ranks outlived the runner: {survivors}"
+
+
+def test_a_timed_out_fit_takes_its_other_ranks_with_it(tmp_path, monkeypatch):
+    """Lightning starts ranks 1..N-1 as children of rank 0: on timeout none may keep its GPU."""
+    import subprocess
+
+    pids = _fake_ranks(tmp_path)
+    monkeypatch.setattr(scaling, "ROOT", tmp_path / "root")
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            scaling.fit(tiny_ep_config(), tmp_path / "run", timeout_s=4)
+    finally:
+        _assert_all_end_then_clean_up(pids)
+
+
+def test_a_second_runner_on_the_same_point_is_refused(tmp_path, monkeypatch):
+    import fcntl
+
+    _fake_cli(tmp_path / "root", "sys.exit(0)\n")
+    monkeypatch.setattr(scaling, "ROOT", tmp_path / "root")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with (run_dir / ".scaling.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(RuntimeError, match="another scaling runner"):
+            scaling.fit(tiny_ep_config(), run_dir, timeout_s=30)
+    assert scaling.fit(tiny_ep_config(), run_dir, timeout_s=30) >= 0  # free again
+
+
+def test_a_failed_rerun_does_not_leave_the_previous_result_behind(tmp_path, monkeypatch, capsys):
+    _fake_cli(tmp_path / "root", "print('boom'); sys.exit(1)\n")
+    monkeypatch.setattr(scaling, "ROOT", tmp_path / "root")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(tiny_ep_config()))
+    out = tmp_path / "o"
+    out.mkdir()
+    name = scaling.point_name("c", 2, "bf16", scaling.Layout(1, 1))
+    (out / f"{name}.json").write_text("{}")  # an earlier success of the same point
+    assert scaling.main(["run", "--config", str(path), "--layouts", "1x1", "--precisions", "bf16",
+                         "--out", str(out)]) == 1
+    assert not (out / f"{name}.json").exists() and "boom" in (out / f"{name}.failed").read_text()
+
+
+def test_sigterm_to_the_runner_takes_the_fit_with_it(tmp_path):
+    """``timeout 300 python -m biomoe.bench.scaling ...`` signals the runner's process group; the
+    fit runs in its own, so the runner must pass the end on rather than die alone."""
+    import signal
+    import subprocess
+    import sys
+
+    pids = _fake_ranks(tmp_path)
+    script = (f"from pathlib import Path\nfrom biomoe.bench import scaling\n"
+              f"scaling.ROOT = Path({str(tmp_path / 'root')!r})\n"
+              f"scaling.fit({{}}, Path({str(tmp_path / 'run')!r}), timeout_s=60)\n")
+    runner = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
+    try:
+        _wait_for_pids(pids, 30)
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=10) == 128 + signal.SIGTERM
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        _assert_all_end_then_clean_up(pids)

@@ -21,11 +21,16 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import fcntl
 import json
 import os
+import re
+import shlex
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +39,8 @@ import yaml
 
 from biomoe.bench.shapes import BenchShape
 from biomoe.bench.timing import PEAK_BF16_TFLOPS
+from biomoe.config import ModelConfig
+from biomoe.te.precision import parse_precision
 
 ROOT = Path(__file__).resolve().parents[2]
 PEAK_KEY_SUFFIX = "allocated_bytes.all.peak"
@@ -88,27 +95,50 @@ class ScalingResult:
     last_loss: float
     wall_s: float
     concurrent: str = ""         # other runs sharing the host at the same time, if any
-    efficiency: float | None = None  # per-GPU tokens/s over the 1-GPU run's (same model, precision)
+    efficiency: float | None = None  # per-GPU tokens/s over the 1-GPU run's (same model, precision, AC)
+    activation_checkpointing: bool = False  # recomputes blocks: ~1/3 more compute, less memory
+
+
+def _data_default(name: str) -> object:
+    """``GenomeDataModule``'s default for ``name`` (imported only when needed: it pulls in Lightning)."""
+    import inspect
+
+    from biomoe.data import GenomeDataModule
+
+    return inspect.signature(GenomeDataModule.__init__).parameters[name].default
 
 
 def shape_of(cfg: dict) -> BenchShape:
-    """The FLOP-counting shape of a CLI config (micro-batch and sequence per GPU)."""
-    m = cfg["model"]["config"]
+    """The FLOP-counting shape of a CLI config (micro-batch and sequence per GPU). Keys the config
+    leaves out take the defaults ``cli.py fit`` trains with, not a KeyError after the fit."""
+    m = {**{name: getattr(ModelConfig, name) for name in ModelConfig.__dataclass_fields__},
+         **cfg["model"]["config"]}
+    data = cfg["data"]
+    seq = data["seq_length"] if "seq_length" in data else _data_default("seq_length")
+    batch = data["batch_size"] if "batch_size" in data else _data_default("batch_size")
     return BenchShape(name=f"{m['num_layers']}-layer", hidden=m["hidden_size"], ffn=m["ffn_hidden_size"],
                       layers=m["num_layers"], heads=m["num_heads"], kv_heads=m["num_kv_heads"],
-                      experts=m["num_experts"], top_k=m["top_k"], seq=cfg["data"]["seq_length"],
-                      micro_batch=cfg["data"]["batch_size"], vocab=m.get("vocab_size", 64))
+                      experts=m["num_experts"], top_k=m["top_k"], seq=seq, micro_batch=batch,
+                      vocab=m["vocab_size"])
+
+
+def point_name(model: str, layers: int, precision: str, layout: Layout,
+               activation_checkpointing: bool = False) -> str:
+    """File name of one point. Activation checkpointing is part of it: with and without are
+    different measurements and must not overwrite each other's result."""
+    return f"{model}-{layers}L-{precision}{'-ac' if activation_checkpointing else ''}-{layout.label}"
 
 
 def scaling_config(base: dict, layout: Layout, precision: str, steps: int, run_dir: Path,
                    layers: int | None = None, fasta: str | None = None,
                    activation_checkpointing: bool | None = None) -> dict:
     """``base`` with only what a scaling point changes: GPUs, EP size, depth, precision, a short
-    fit with per-step logging, no validation and no checkpoint (a 47B checkpoint is hundreds of GB)."""
+    fit with per-step logging, no validation and no checkpoint (a 47B checkpoint is hundreds of GB).
+    The precision fallback is dropped: a point labelled ``mxfp8`` must not quietly run fp8-block."""
     cfg = copy.deepcopy(base)
     trainer = cfg.setdefault("trainer", {})
     strategy = trainer.get("strategy")
-    if not (isinstance(strategy, dict) and strategy.get("class_path", "").endswith("ExpertParallelStrategy")):
+    if not (isinstance(strategy, dict) and str(strategy.get("class_path")).endswith("ExpertParallelStrategy")):
         raise ValueError("scaling runs need trainer.strategy = biomoe.parallel.strategy.ExpertParallelStrategy")
     if layout.single_device:
         trainer.pop("strategy")
@@ -116,6 +146,7 @@ def scaling_config(base: dict, layout: Layout, precision: str, steps: int, run_d
         init = strategy.setdefault("init_args", {})
         init["expert_parallel_size"] = layout.ep
         init["data_parallel_replicate_size"] = 1
+        init["data_parallel_shard_size"] = "auto"  # = GPUs, whatever the base config pinned
     trainer.update(devices=layout.gpus, num_nodes=1, max_steps=steps, log_every_n_steps=1,
                    limit_val_batches=0, num_sanity_val_steps=0, enable_checkpointing=False,
                    enable_progress_bar=False, default_root_dir=str(run_dir))
@@ -127,6 +158,7 @@ def scaling_config(base: dict, layout: Layout, precision: str, steps: int, run_d
     trainer["callbacks"].append({"class_path": "lightning.pytorch.callbacks.DeviceStatsMonitor"})
     model = cfg["model"]
     model["config"]["precision"] = precision
+    model["config"].pop("precision_fallback", None)
     if layers is not None:
         model["config"]["num_layers"] = layers
     if activation_checkpointing is not None:
@@ -138,9 +170,15 @@ def scaling_config(base: dict, layout: Layout, precision: str, steps: int, run_d
     return cfg
 
 
+def _version(path: Path) -> int:
+    match = re.fullmatch(r"version_(\d+)", path.parent.name)
+    return int(match.group(1)) if match else -1
+
+
 def read_metrics(run_dir: Path, warmup: int) -> dict:
-    """Median global tokens/s after ``warmup`` steps, first/last train loss, rank-0 peak memory."""
-    files = sorted(run_dir.glob("version_*/metrics.csv"))
+    """Median global tokens/s after ``warmup`` steps, first/last train loss, rank-0 peak memory,
+    from the newest CSVLogger version (by number: ``version_10`` is newer than ``version_9``)."""
+    files = sorted(run_dir.glob("version_*/metrics.csv"), key=_version)
     if not files:
         raise FileNotFoundError(f"{run_dir}: no version_*/metrics.csv (did the fit start?)")
     speed, loss, peak = {}, {}, 0.0
@@ -173,16 +211,18 @@ def result_from_metrics(cfg: dict, model: str, precision: str, layout: Layout, m
                          tokens_per_s=metrics["tokens_per_s"], tokens_per_s_per_gpu=per_gpu,
                          tflops_per_gpu=tflops, mfu=tflops / PEAK_BF16_TFLOPS,
                          peak_mem_gb=metrics["peak_mem_gb"], first_loss=metrics["first_loss"],
-                         last_loss=metrics["last_loss"], wall_s=wall_s, concurrent=concurrent)
+                         last_loss=metrics["last_loss"], wall_s=wall_s, concurrent=concurrent,
+                         activation_checkpointing=bool(cfg["model"].get("activation_checkpointing")))
 
 
 def add_efficiency(results: list[ScalingResult]) -> list[ScalingResult]:
-    """Per-GPU tokens/s over the 1-GPU ``dp1xep1`` run (same strategy) of the same model and
-    precision; None without one. A ``single-device`` row's value is then the strategy's cost."""
-    single = {(r.model, r.layers, r.precision): r.tokens_per_s_per_gpu for r in results
-              if r.layout == "dp1xep1"}
+    """Per-GPU tokens/s over the 1-GPU ``dp1xep1`` run (same strategy) of the same model,
+    precision and activation checkpointing; None without one. A ``single-device`` row's value is
+    then the strategy's cost."""
+    single = {(r.model, r.layers, r.precision, r.activation_checkpointing): r.tokens_per_s_per_gpu
+              for r in results if r.layout == "dp1xep1"}
     for r in results:
-        base = single.get((r.model, r.layers, r.precision))
+        base = single.get((r.model, r.layers, r.precision, r.activation_checkpointing))
         r.efficiency = r.tokens_per_s_per_gpu / base if base else None
     return results
 
@@ -191,14 +231,19 @@ def markdown(results: list[ScalingResult]) -> str:
     lines = ["| model | precision | layout | GPUs | tokens/s | tokens/s/GPU | TFLOP/s/GPU | MFU | "
              "efficiency vs 1 GPU | peak GB (rank 0) | loss first → last | note |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
-    for r in sorted(results, key=lambda r: (r.model, r.layers, r.precision, r.gpus, r.layout)):
+    for r in sorted(results, key=lambda r: (r.model, r.layers, r.precision, r.activation_checkpointing,
+                                            r.gpus, r.layout)):
         eff = f"{r.efficiency:.0%}" if r.efficiency is not None else "—"
         mem = f"{r.peak_mem_gb:.1f}" if r.peak_mem_gb is not None else "—"
-        lines.append(f"| {r.model} ({r.layers} layers) | {r.precision} | {r.layout} | {r.gpus} | "
+        lines.append(f"| {r.model} ({r.layers} layers) | {_precision_label(r)} | {r.layout} | {r.gpus} | "
                      f"{r.tokens_per_s:,.0f} | {r.tokens_per_s_per_gpu:,.0f} | {r.tflops_per_gpu:.0f} | "
                      f"{r.mfu:.0%} | {eff} | {mem} | {r.first_loss:.3f} → {r.last_loss:.3f} | "
                      f"{('with ' + r.concurrent) if r.concurrent else ''} |")
     return "\n".join(lines) + "\n"
+
+
+def _precision_label(r: ScalingResult) -> str:
+    return r.precision + (" + AC" if r.activation_checkpointing else "")
 
 
 def plot(results: list[ScalingResult], path: Path) -> None:
@@ -209,7 +254,7 @@ def plot(results: list[ScalingResult], path: Path) -> None:
 
     groups: dict[tuple, list[ScalingResult]] = {}
     for r in results:
-        groups.setdefault((r.model, r.layers, r.precision), []).append(r)
+        groups.setdefault((r.model, r.layers, _precision_label(r)), []).append(r)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for (model, layers, precision), rows in sorted(groups.items()):
         rows = sorted(rows, key=lambda r: (r.gpus, r.layout))
@@ -226,15 +271,51 @@ def plot(results: list[ScalingResult], path: Path) -> None:
 
 def fit(cfg: dict, run_dir: Path, timeout_s: float, cli_args: list[str] = ()) -> float:
     """Write ``cfg`` beside the run and train it with ``cli.py fit`` (plus ``cli_args``, e.g.
-    ``--trainer.profiler=simple``); returns wall-clock seconds."""
+    ``--trainer.profiler=simple``); returns wall-clock seconds.
+
+    The fit runs in its own process group, and a timeout kills the whole group: Lightning starts
+    ranks 1..N-1 as children of rank 0, and killing rank 0 alone would leave them holding their
+    GPUs (blocked in a collective) while the next point starts. Being outside the runner's group,
+    the fit no longer gets the runner's SIGTERM (``timeout 300 python -m biomoe.bench.scaling``),
+    so SIGTERM is turned into an exit that kills the group first. A lock on ``run_dir`` refuses a
+    second runner writing the same point (its config, log and CSVLogger version would mix)."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal) if main_thread else None
+    try:
+        with (run_dir / ".scaling.lock").open("w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RuntimeError(f"{run_dir}: another scaling runner is writing this point") from None
+            return _fit_locked(cfg, run_dir, timeout_s, cli_args)
+    finally:
+        if main_thread:  # (None: a handler installed outside Python)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _fit_locked(cfg: dict, run_dir: Path, timeout_s: float, cli_args: list[str]) -> float:
     cfg_path = run_dir / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     cmd = [sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(cfg_path), *cli_args]
     print("+", " ".join(cmd), flush=True)
     start = time.perf_counter()
     with (run_dir / "fit.log").open("w") as log:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except BaseException:  # the timeout, Ctrl-C or SIGTERM in the runner: no rank may outlive it
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            raise
     if proc.returncode != 0:
         tail = (run_dir / "fit.log").read_text(errors="replace").strip().splitlines()[-3:]
         raise RuntimeError(f"fit failed (exit {proc.returncode}): {' | '.join(tail)}")
@@ -248,17 +329,37 @@ def load_base_config(path: str) -> dict:
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise ValueError(f"{path}: cannot read the config ({type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''})") from None
-    if not (isinstance(base, dict) and isinstance(base.get("model", {}).get("config"), dict)
-            and isinstance(base.get("data"), dict)):
-        raise ValueError(f"{path}: not a biomoe fit config (needs model.config and data sections)")
+    if not (isinstance(base, dict) and isinstance(base.get("model"), dict)
+            and isinstance(base["model"].get("config"), dict) and isinstance(base.get("data"), dict)
+            and isinstance(base.get("trainer", {}), dict)):
+        raise ValueError(f"{path}: not a biomoe fit config (needs model.config, data and trainer sections)")
     scaling_config(base, Layout(1, 1), "bf16", 1, Path("."))  # the strategy check, before any fit
     return base
+
+
+def check_run_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """Precisions and extra CLI arguments of ``run``; ValueError (one line) for input that would
+    only fail inside every fit, or silently measure something else (``--layers 0`` = the base depth)."""
+    if args.layers is not None and args.layers < 1:
+        raise ValueError(f"--layers {args.layers}: must be >= 1")
+    if args.warmup < 0 or args.steps <= args.warmup:
+        raise ValueError(f"--steps {args.steps} --warmup {args.warmup}: need 0 <= warmup < steps "
+                         "(the median is taken over the steps after the warm-up)")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout {args.timeout}: must be > 0 seconds")
+    precisions = [parse_precision(text) for text in args.precisions.split(",")]
+    try:
+        cli_args = shlex.split(args.cli_args)
+    except ValueError as err:
+        raise ValueError(f"--cli-args {args.cli_args!r}: {err}") from None
+    return precisions, cli_args
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         base = load_base_config(args.config)
         layouts = [Layout.parse(text) for text in args.layouts.split(",")]
+        precisions, cli_args = check_run_args(args)
     except ValueError as err:
         print(f"biomoe scaling: error: {err}", file=sys.stderr)
         return 2
@@ -266,15 +367,19 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     failures = 0
-    for precision in args.precisions.split(","):
+    layers = args.layers or shape_of(base).layers  # the config's depth, or the model's default
+    ac = (bool(base["model"].get("activation_checkpointing")) if args.activation_checkpointing is None
+          else args.activation_checkpointing)
+    for precision in precisions:
         for layout in layouts:
-            layers = args.layers or base["model"]["config"]["num_layers"]
-            name = f"{model}-{layers}L-{precision}-{layout.label}"
+            name = point_name(model, layers, precision, layout, ac)
             run_dir = out / name
             cfg = scaling_config(base, layout, precision, args.steps, run_dir, layers=layers,
-                                 fasta=args.fasta, activation_checkpointing=args.activation_checkpointing)
+                                 fasta=args.fasta, activation_checkpointing=ac)
+            for stale in (out / f"{name}.json", out / f"{name}.failed"):  # a previous attempt's
+                stale.unlink(missing_ok=True)
             try:
-                wall = fit(cfg, run_dir, args.timeout, args.cli_args.split())
+                wall = fit(cfg, run_dir, args.timeout, cli_args)
                 res = result_from_metrics(cfg, model, precision, layout,
                                           read_metrics(run_dir, args.warmup), wall, args.concurrent)
             except (RuntimeError, ValueError, FileNotFoundError, subprocess.TimeoutExpired) as err:
@@ -290,8 +395,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    results = [ScalingResult(**json.loads(p.read_text()))
-               for d in args.dirs for p in sorted(Path(d).glob("*.json"))]
+    results = []
+    for path in (p for d in args.dirs for p in sorted(Path(d).glob("*.json"))):
+        try:
+            results.append(ScalingResult(**json.loads(path.read_text())))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
+            print(f"biomoe scaling: error: {path}: not a scaling result ({type(err).__name__}: "
+                  f"{str(err).splitlines()[0] if str(err) else ''})", file=sys.stderr)
+            return 2
     if not results:
         print(f"biomoe scaling: error: no result JSON under {', '.join(args.dirs)}", file=sys.stderr)
         return 2
