@@ -316,25 +316,33 @@ def test_adamw_on_a_fixed_batch_lowers_the_loss_with_te_layers():
 
 
 @pytest.mark.parametrize("precision", ["fp8-block", "fp8-current"])
-def test_activation_checkpointing_under_fp8_matches_no_checkpointing(precision):
+def test_activation_checkpointing_under_fp8_matches_no_checkpointing(precision, monkeypatch):
     """Recomputation must run under the forward's FP8 recipe: torch's checkpoint alone replays
     the blocks outside te.autocast and raised CheckpointError on the 32-layer Mixtral run.
     (fp8-delayed is refused with activation checkpointing: its recomputation differs by 4 %.)"""
     from biomoe.activation_checkpointing import apply_activation_checkpointing
     from biomoe.te.runtime import prepare
 
+    import transformer_engine.pytorch.distributed as te_distributed
+
+    te_calls = []
+    te_checkpoint = te_distributed.checkpoint
+    monkeypatch.setattr(te_distributed, "checkpoint",
+                        lambda *a, **k: te_calls.append(1) or te_checkpoint(*a, **k))
     torch.manual_seed(0)
     ids = torch.randint(0, 64, (2, 128), device=DEV)
     grads, losses = [], []
     state = None
     for checkpointing in (False, True):
-        model = MoETransformer(small_config(expert_backend="auto", precision=precision)).to(DEV)
+        # dropout: the recomputation must replay the forward's masks (TE caches the RNG states)
+        model = MoETransformer(small_config(expert_backend="auto", precision=precision, dropout=0.1)).to(DEV)
         if state is None:
             state = model.state_dict()
         model.load_state_dict(state)
         if checkpointing:
             apply_activation_checkpointing(model)
         runtime = prepare(model, model.config, DEV)
+        torch.manual_seed(1)  # the same dropout masks in both runs
         with runtime.autocast(), torch.autocast("cuda", dtype=torch.bfloat16):
             out = model(ids)
         loss = out.logits.float().pow(2).mean() + 0.01 * out.aux_loss
@@ -342,6 +350,7 @@ def test_activation_checkpointing_under_fp8_matches_no_checkpointing(precision):
         losses.append(loss.detach())
         grads.append({n.replace("_checkpoint_wrapped_module.", ""): p.grad for n, p in model.named_parameters()
                       if p.grad is not None})
+    assert len(te_calls) == model.config.num_layers  # TE's checkpoint ran, once per block
     torch.testing.assert_close(losses[1], losses[0])
     assert grads[0].keys() == grads[1].keys()
     for name, grad in grads[0].items():
