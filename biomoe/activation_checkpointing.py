@@ -15,7 +15,6 @@ recipe is active, and torch's otherwise (CPU, bf16).
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable
 
 import torch
@@ -23,6 +22,7 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 from biomoe.config import ConfigError
+from biomoe.te.precision import fp8_recipe_active
 
 RECOMPUTE_UNSAFE_PRECISIONS = ("fp8-delayed",)
 """Recipes whose scales change between the forward and the backward's recomputation."""
@@ -42,14 +42,6 @@ def check_precision_for_checkpointing(precision: str) -> None:
         raise ConfigError(f"activation_checkpointing with precision {precision}: its recomputed "
                           "gradients differed by 4 % from a step without checkpointing on an H200; "
                           "use fp8-current or fp8-block, or turn activation_checkpointing off")
-
-
-def fp8_recipe_active() -> bool:
-    """True inside TE's FP8 autocast. Never imports TE: if it is not loaded, no recipe is active."""
-    te_quantization = sys.modules.get("transformer_engine.pytorch.quantization")
-    if te_quantization is None:
-        return False
-    return bool(te_quantization.FP8GlobalStateManager.is_fp8_enabled())
 
 
 def checkpoint_block(function: Callable, *args: Any, preserve_rng_state: bool = True,

@@ -264,10 +264,12 @@ class TEFusedMLPBackend(_TEBackendBase):
         return out
 
     def _ops_lack_recipe(self) -> bool:
+        from biomoe.te.precision import fp8_recipe_active
+
+        if not fp8_recipe_active():
+            return False
         from transformer_engine.pytorch.quantization import FP8GlobalStateManager
 
-        if not FP8GlobalStateManager.is_fp8_enabled():
-            return False
         recipe = FP8GlobalStateManager.get_fp8_recipe()
         on_hopper = self._device_info is not None and self._device_info.capability[0] == 9
         return on_hopper and recipe.float8_block_scaling()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -192,13 +193,17 @@ class PrecisionContext:
         return f"PrecisionContext({self.name}, recipe={type(self.recipe).__name__ if self.recipe else None})"
 
 
+def fp8_recipe_active() -> bool:
+    """True inside TE's FP8 autocast. Never imports TE: if it is not loaded, no recipe is active."""
+    te_quantization = sys.modules.get("transformer_engine.pytorch.quantization")
+    return te_quantization is not None and bool(te_quantization.FP8GlobalStateManager.is_fp8_enabled())
+
+
 def active_alignment() -> int:
     """Row alignment the active TE recipe needs per expert group (1 outside an FP8 autocast)."""
-    try:
-        from transformer_engine.pytorch.quantization import (FP8GlobalStateManager,
-                                                             get_align_size_for_quantization)
-    except Exception:
+    if not fp8_recipe_active():
         return 1
-    if not FP8GlobalStateManager.is_fp8_enabled():
-        return 1
+    from transformer_engine.pytorch.quantization import (FP8GlobalStateManager,
+                                                         get_align_size_for_quantization)
+
     return int(get_align_size_for_quantization(FP8GlobalStateManager.get_fp8_recipe()))
