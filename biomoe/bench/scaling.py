@@ -322,13 +322,18 @@ def _fit_locked(cfg: dict, run_dir: Path, timeout_s: float, cli_args: list[str])
     return time.perf_counter() - start
 
 
+def _first_line(err: Exception) -> str:
+    """``Type: first line of the message``: errors here must print as one line."""
+    text = str(err)
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 def load_base_config(path: str) -> dict:
     """The config every point starts from; ValueError (one line, naming the file) if unusable."""
     try:
         base = yaml.safe_load(Path(path).read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise ValueError(f"{path}: cannot read the config ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
+        raise ValueError(f"{path}: cannot read the config ({_first_line(err)})") from None
     if not (isinstance(base, dict) and isinstance(base.get("model"), dict)
             and isinstance(base["model"].get("config"), dict) and isinstance(base.get("data"), dict)
             and isinstance(base.get("trainer", {}), dict)):
@@ -400,8 +405,8 @@ def report(args: argparse.Namespace) -> int:
         try:
             results.append(ScalingResult(**json.loads(path.read_text())))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
-            print(f"biomoe scaling: error: {path}: not a scaling result ({type(err).__name__}: "
-                  f"{str(err).splitlines()[0] if str(err) else ''})", file=sys.stderr)
+            print(f"biomoe scaling: error: {path}: not a scaling result ({_first_line(err)})",
+                  file=sys.stderr)
             return 2
     if not results:
         print(f"biomoe scaling: error: no result JSON under {', '.join(args.dirs)}", file=sys.stderr)
