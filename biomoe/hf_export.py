@@ -209,19 +209,22 @@ def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) 
     return out
 
 
-def export_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="biomoe export-hf", description="checkpoint -> MixtralForCausalLM folder")
-    parser.add_argument("ckpt")
-    parser.add_argument("out_dir")
-    args = parser.parse_args(argv)
-    print(f"wrote {export_hf(args.ckpt, args.out_dir)}")
+def _convert_main(argv: list[str], prog: str, description: str, source: str, dest: str,
+                  convert) -> int:
+    """One small CLI for both directions: ``prog SOURCE DEST`` calls ``convert(SOURCE, DEST)``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument(source)
+    parser.add_argument(dest)
+    args = vars(parser.parse_args(argv))
+    print(f"wrote {convert(args[source], args[dest])}")
     return 0
+
+
+def export_main(argv: list[str]) -> int:
+    return _convert_main(argv, "biomoe export-hf", "checkpoint -> MixtralForCausalLM folder",
+                         "ckpt", "out_dir", export_hf)
 
 
 def import_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="biomoe import-hf", description="MixtralForCausalLM folder -> checkpoint")
-    parser.add_argument("hf_dir")
-    parser.add_argument("out_ckpt")
-    args = parser.parse_args(argv)
-    print(f"wrote {import_hf(args.hf_dir, args.out_ckpt)}")
-    return 0
+    return _convert_main(argv, "biomoe import-hf", "MixtralForCausalLM folder -> checkpoint",
+                         "hf_dir", "out_ckpt", import_hf)
