@@ -25,7 +25,7 @@ from biomoe.config import ConfigError
 from biomoe.te.precision import fp8_recipe_active
 
 RECOMPUTE_UNSAFE_PRECISIONS = ("fp8-delayed",)
-"""Recipes whose scales change between the forward and the backward's recomputation."""
+"""Recipes whose recomputed gradients did not match a step without checkpointing (H200)."""
 
 
 def check_precision_for_checkpointing(precision: str) -> None:
