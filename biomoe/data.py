@@ -23,7 +23,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome
-from biomoe.tokenizer import BOS_ID, NucleotideTokenizer
+from biomoe.tokenizer import A_ID, BOS_ID, T_ID, NucleotideTokenizer
 
 __all__ = ["Region", "GenomeWindowDataset", "GenomeDataModule", "split_regions",
            "EpochSeededRandomSampler", "ResumableBatchSampler"]
@@ -56,7 +56,14 @@ class GenomeWindowDataset(Dataset):
 
     With ``rc_prob > 0`` a window is reverse-complemented with that probability, decided
     by ``np.random.default_rng((seed, epoch, index))``: the same seed and epoch always
-    give the same flips regardless of worker count or sampling order. The epoch lives in
+    give the same flips regardless of worker count or sampling order.
+
+    With ``mutation_prob > 0`` each A/C/G/T of ``input_ids`` (never of ``labels``) is
+    replaced by one of the three other bases with that probability, from its own
+    (seed, epoch, index) stream. The model must then predict the true base from a
+    slightly wrong context: a denoising regulariser for small genomes, read many times
+    over, where a model otherwise memorises exact contexts. Diverged copies of repeats
+    and paralogous genes are the same situation in real sequence. The epoch lives in
     a shared-memory tensor, so :meth:`set_epoch` in the main process also reaches
     persistent DataLoader workers.
     """
@@ -73,6 +80,7 @@ class GenomeWindowDataset(Dataset):
         tokenizer: NucleotideTokenizer | None = None,
         max_windows: int | None = None,
         split: str = "train",
+        mutation_prob: float = 0.0,
     ) -> None:
         if seq_length < 1:
             raise ValueError(f"seq_length must be >= 1, got {seq_length}")
@@ -83,11 +91,14 @@ class GenomeWindowDataset(Dataset):
             raise ValueError(f"max_n_fraction must be in [0, 1], got {max_n_fraction}")
         if not 0.0 <= rc_prob <= 1.0:
             raise ValueError(f"rc_prob must be in [0, 1], got {rc_prob}")
+        if not 0.0 <= mutation_prob < 1.0:
+            raise ValueError(f"mutation_prob must be in [0, 1), got {mutation_prob}")
         self.genome = genome
         self.seq_length = int(seq_length)
         self.stride = int(stride)
         self.max_n_fraction = float(max_n_fraction)
         self.rc_prob = float(rc_prob)
+        self.mutation_prob = float(mutation_prob)
         self.seed = int(seed)
         self.split = split
         self.tokenizer = tokenizer or NucleotideTokenizer()
@@ -183,6 +194,19 @@ class GenomeWindowDataset(Dataset):
         rng = np.random.default_rng((self.seed, self.epoch, int(index)))
         return bool(rng.random() < self.rc_prob)
 
+    def mutate(self, ids: np.ndarray, index: int) -> np.ndarray:
+        """A copy of ``ids`` with each A/C/G/T swapped for another base with probability
+        ``mutation_prob``; N, IUPAC codes and specials are left alone. Deterministic in
+        (seed, epoch, index), like the reverse-complement flips."""
+        if self.mutation_prob <= 0.0:
+            return ids
+        rng = np.random.default_rng((self.seed, self.epoch, int(index), 1))
+        hit = (rng.random(ids.shape) < self.mutation_prob) & (ids >= A_ID) & (ids <= T_ID)
+        shift = rng.integers(1, 4, size=ids.shape)  # 1..3: always a different base
+        out = ids.copy()
+        out[hit] = A_ID + (ids[hit] - A_ID + shift[hit]) % 4
+        return out
+
     # -- Dataset protocol -------------------------------------------------------------
     def __len__(self) -> int:
         return int(self.starts.size)
@@ -203,7 +227,7 @@ class GenomeWindowDataset(Dataset):
         labels = torch.from_numpy(np.ascontiguousarray(ids))
         input_ids = torch.empty_like(labels)
         input_ids[0] = BOS_ID
-        input_ids[1:] = labels[:-1]
+        input_ids[1:] = torch.from_numpy(np.ascontiguousarray(self.mutate(ids[:-1], index)))
         return {"input_ids": input_ids, "labels": labels, "loss_mask": self.tokenizer.unambiguous_mask(labels)}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -376,6 +400,7 @@ class GenomeDataModule(L.LightningDataModule):
         fold_lowercase: bool = True,
         cache_dir: str | None = None,
         max_train_windows: int | None = None,
+        mutation_prob: float = 0.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -391,6 +416,7 @@ class GenomeDataModule(L.LightningDataModule):
         self.seed = seed
         self.cache_dir = cache_dir
         self.max_train_windows = max_train_windows
+        self.mutation_prob = mutation_prob
         self.tokenizer = NucleotideTokenizer(fold_lowercase=fold_lowercase)
         self.vocab_size: int = self.tokenizer.padded_vocab_size
         self.genome: Genome | None = None
@@ -417,6 +443,7 @@ class GenomeDataModule(L.LightningDataModule):
             tokenizer=self.tokenizer,
             max_windows=self.max_train_windows,
             split="train",
+            mutation_prob=self.mutation_prob,
         )
         self.train_dataset.epoch_source = self._current_epoch
         if val_regions:

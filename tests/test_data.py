@@ -109,6 +109,40 @@ def test_contig_split_disjoint_and_unknown(genome) -> None:
         split_regions(genome, ["c1", "c2", "tiny"], 0.1)
 
 
+def test_mutation_corrupts_inputs_only_at_the_set_rate(write_fasta, cache_dir) -> None:
+    seq = random_dna(4000, 9)[:1500] + "N" * 100 + random_dna(4000, 10)[:1500]
+    genome = Genome(write_fasta({"c": seq}), cache_dir=cache_dir)
+    clean = GenomeWindowDataset(genome, 500, max_n_fraction=0.5)
+    noisy = GenomeWindowDataset(genome, 500, max_n_fraction=0.5, mutation_prob=0.1, seed=4)
+    changed = total = 0
+    for i in range(len(clean)):
+        a, b = clean[i], noisy[i]
+        assert torch.equal(a["labels"], b["labels"]) and torch.equal(a["loss_mask"], b["loss_mask"])
+        assert b["input_ids"][0] == BOS_ID
+        diff = a["input_ids"] != b["input_ids"]
+        acgt = torch.from_numpy(np.asarray(TOK.unambiguous_mask(a["input_ids"].numpy())))
+        assert not diff[~acgt].any(), "N and specials must never be mutated"
+        assert TOK.unambiguous_mask(b["input_ids"][diff].numpy()).all(), "a mutation is always a base"
+        changed += int(diff.sum()); total += int(acgt.sum())
+    assert 0.08 < changed / total < 0.12
+    again = GenomeWindowDataset(genome, 500, max_n_fraction=0.5, mutation_prob=0.1, seed=4)
+    assert torch.equal(noisy[1]["input_ids"], again[1]["input_ids"])  # same (seed, epoch, index)
+    first = noisy[1]["input_ids"].clone()
+    noisy.set_epoch(1)
+    assert not torch.equal(first, noisy[1]["input_ids"])  # fresh noise each epoch
+    with pytest.raises(ValueError, match="mutation_prob"):
+        GenomeWindowDataset(genome, 500, mutation_prob=1.0)
+
+
+def test_validation_is_never_mutated(write_fasta, cache_dir) -> None:
+    dm = GenomeDataModule(fasta=write_fasta({"c": random_dna(3000, 11)}), seq_length=100, batch_size=4,
+                          val_fraction=0.2, cache_dir=str(cache_dir), mutation_prob=0.2)
+    dm.setup("fit")
+    assert dm.train_dataset.mutation_prob == 0.2 and dm.val_dataset.mutation_prob == 0.0
+    item = dm.val_dataset[0]
+    assert torch.equal(item["input_ids"][1:], item["labels"][:-1])
+
+
 def _flips(ds: GenomeWindowDataset) -> list[bool]:
     return [ds.is_reverse_complemented(i) for i in range(len(ds))]
 

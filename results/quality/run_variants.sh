@@ -6,7 +6,7 @@
 # the models (mean of probabilities) scored. Everything is packed into ONE tar, because the device
 # machine returns at most 8 files. Driven by results/gpu-calls/call-{e,h}.sh.
 #   OUT=dir CALL=label BUDGET_S=seconds bash results/quality/run_variants.sh NAME...
-# SKIP_FIT=1 summarises and packs existing $OUT/NAME/ folders (testing); ENS_BATCH and
+# FIRST_GPU=k puts the first variant on GPU k (default 0). SKIP_FIT=1 summarises and packs existing $OUT/NAME/ folders (testing); ENS_BATCH and
 # ENS_LIMIT_BATCHES size the ensemble scoring (testing on CPU).
 set -u
 PY=${PY:-python3}
@@ -27,7 +27,7 @@ if [ -z "${SKIP_FIT:-}" ]; then  # SKIP_FIT=1: summarise and pack existing $OUT/
   pids=()
   for i in "${!VARIANTS[@]}"; do
     n=${VARIANTS[$i]}
-    ( export CUDA_VISIBLE_DEVICES=$i
+    ( export CUDA_VISIBLE_DEVICES=$(( ${FIRST_GPU:-0} + i ))
       t0=$(date +%s)
       timeout $(( DEADLINE - t0 - 45 )) $PY cli.py fit --config "$V/$n.yaml" \
         --trainer.default_root_dir "$OUT/$n" --trainer.logger.init_args.save_dir "$OUT/$n" > "$OUT/$n.log" 2>&1
