@@ -143,6 +143,22 @@ def test_shape_of_fills_what_the_config_leaves_to_the_defaults():
     assert (shape.seq, shape.micro_batch) == (1024, 8)  # GenomeDataModule's defaults
 
 
+def test_shape_of_counts_dense_blocks_as_the_model_does():
+    """FLOPs of a partly dense config: its dense blocks are SwiGLU MLPs of their own width, not
+    MoE layers; a uniform MoE config keeps the bench formula, which must agree with the model's."""
+    from biomoe.config import ModelConfig
+
+    moe = {"hidden_size": 64, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2, "num_experts": 4,
+           "top_k": 2, "ffn_hidden_size": 96, "vocab_size": 64}
+    uniform = scaling.shape_of({"model": {"config": moe}, "data": {}})
+    assert uniform.active_params() == ModelConfig(**moe).active_params_per_token()
+    mixed = {**moe, "moe_layers": [1, 3], "dense_ffn_hidden_size": 320}
+    shape = scaling.shape_of({"model": {"config": mixed}, "data": {}})
+    assert shape.active_params() == ModelConfig(**mixed).active_params_per_token()
+    assert shape.active_params() != uniform.active_params()  # 320 != top_k * 96: the count moved
+    assert shape.with_seq(4096).active_params() == shape.active_params()
+
+
 def _write_metrics(path: Path, tokens_per_s: float) -> None:
     path.mkdir(parents=True)
     rows = ["step,train/loss,train/tokens_per_s"] + [f"{s},{4 - s * 0.1},{tokens_per_s}" for s in range(1, 6)]

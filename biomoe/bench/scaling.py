@@ -110,16 +110,19 @@ def _data_default(name: str) -> object:
 
 def shape_of(cfg: dict) -> BenchShape:
     """The FLOP-counting shape of a CLI config (micro-batch and sequence per GPU). Keys the config
-    leaves out take the defaults ``cli.py fit`` trains with, not a KeyError after the fit."""
+    leaves out take the defaults ``cli.py fit`` trains with, not a KeyError after the fit. A config
+    with dense blocks (``moe_layers``) counts its parameters per token as the model does."""
     m = {**{name: getattr(ModelConfig, name) for name in ModelConfig.__dataclass_fields__},
          **cfg["model"]["config"]}
     data = cfg["data"]
     seq = data["seq_length"] if "seq_length" in data else _data_default("seq_length")
     batch = data["batch_size"] if "batch_size" in data else _data_default("batch_size")
+    partly_dense = m.get("moe_layers") is not None
     return BenchShape(name=f"{m['num_layers']}-layer", hidden=m["hidden_size"], ffn=m["ffn_hidden_size"],
                       layers=m["num_layers"], heads=m["num_heads"], kv_heads=m["num_kv_heads"],
                       experts=m["num_experts"], top_k=m["top_k"], seq=seq, micro_batch=batch,
-                      vocab=m["vocab_size"])
+                      vocab=m["vocab_size"],
+                      active_params_override=ModelConfig(**m).active_params_per_token() if partly_dense else None)
 
 
 def point_name(model: str, layers: int, precision: str, layout: Layout,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -18,10 +19,12 @@ class BenchShape:
     seq: int
     micro_batch: int
     vocab: int = 64  # nucleotide vocabulary padded to a multiple of 64
+    # Parameters per token when not every layer is a uniform MoE layer (a config with dense blocks,
+    # counted by ModelConfig.active_params_per_token); None counts every layer as MoE.
+    active_params_override: int | None = None
 
     def with_seq(self, seq: int, micro_batch: int = 1) -> "BenchShape":
-        return BenchShape(self.name, self.hidden, self.ffn, self.layers, self.heads, self.kv_heads,
-                          self.experts, self.top_k, seq, micro_batch, self.vocab)
+        return dataclasses.replace(self, seq=seq, micro_batch=micro_batch)
 
     @property
     def tokens_per_step(self) -> int:
@@ -29,6 +32,8 @@ class BenchShape:
 
     def active_params(self) -> int:
         """Parameters used per token (embedding lookup excluded; router and LM head included)."""
+        if self.active_params_override is not None:
+            return self.active_params_override
         head_dim = self.hidden // self.heads
         attn = 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_heads * head_dim
         moe = self.top_k * 3 * self.hidden * self.ffn + self.hidden * self.experts
