@@ -157,6 +157,22 @@ def test_routed_experts_follow_the_routing_map_when_a_weight_underflows():
     assert torch.equal(mask, routing_map)  # counts from the map == counts from the ids
 
 
+def test_counts_follow_the_ids_when_a_diverged_row_breaks_the_map():
+    """NaN logits can leave a routing-map row with 0 or 3 trues. The ids are still top_k distinct
+    experts per row, and the counts the padded permute uses must be taken from them."""
+    from biomoe.moe.router import expert_counts
+    from biomoe.te.router import routed_experts
+
+    dense = torch.tensor([[float("nan")] * 4, [0.5, 0.3, 0.2, 0.0], [0.0, 0.6, 0.4, 0.0]])
+    routing_map = torch.tensor([[False] * 4, [True, True, True, False], [False, True, True, False]])
+    _, ids = routed_experts(dense, routing_map, top_k=2)
+    assert all(len(set(row)) == 2 for row in ids.tolist())
+    counts = expert_counts(ids, 4)
+    assert int(counts.sum()) == 3 * 2 and not torch.equal(counts, routing_map.sum(0))
+    mask = torch.zeros_like(routing_map).scatter_(1, ids, True)
+    assert torch.equal(mask.sum(0), counts)  # what the dispatcher builds from the ids
+
+
 class _FakeTE:
     """Stands in for TE's FP8 state and checkpoint so the CPU can check which checkpoint runs."""
 

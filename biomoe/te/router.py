@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from biomoe.moe.router import RoutingResult, TopKRouter, router_z_loss
+from biomoe.moe.router import RoutingResult, TopKRouter, expert_counts, router_z_loss
 
 
 class TEFusedTopKRouter(TopKRouter):
@@ -39,7 +39,10 @@ class TEFusedTopKRouter(TopKRouter):
             logits, self.top_k, use_pre_softmax=False, num_groups=None, group_topk=None,
             scaling_factor=None, score_function="softmax", expert_bias=None)
         weights, indices = routed_experts(dense_weights, routing_map, self.top_k)
-        counts = routing_map.sum(dim=0, dtype=torch.int64)
+        # Counted from the ids the dispatcher permutes by, not from the map: a diverged row (NaN or
+        # inf logits) can carry more or fewer than top_k trues, and TE's padded permute writes rows
+        # at offsets given by these counts, so any disagreement is an out-of-bounds write.
+        counts = expert_counts(indices, self.num_experts)
         _, probs = fused_compute_score_for_moe_aux_loss(logits, self.top_k, "softmax")
         if self.stats_reducer is None:
             aux = fused_moe_aux_loss(probs, counts, flat.shape[0], self.num_experts, self.top_k, 1.0)
