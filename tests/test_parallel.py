@@ -134,7 +134,21 @@ def assert_parity(rank: int, world: int, cfg: ModelConfig, dims: ParallelDims, *
         grads[name] = full(param.grad)
         torch.testing.assert_close(grads[name], ref_grads[name], atol=ATOL, rtol=RTOL,
                                    msg=lambda m, n=name: f"{dims} {n}: {m}")
+    assert_clipping_is_global(model, ref_grads, dims)
     return grads
+
+
+def assert_clipping_is_global(model: torch.nn.Module, ref_grads: dict[str, torch.Tensor], dims) -> None:
+    """The sharded gradient norm (each shard counted once, whatever its mesh) is the one-process
+    norm, and clipping to half of it leaves every rank with exactly half."""
+    from biomoe.parallel.grad_clip import clip_grad_norm_, global_grad_norm
+
+    ref = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in ref_grads.values()]))
+    torch.testing.assert_close(global_grad_norm(model.parameters()), ref, rtol=1e-5, atol=1e-7,
+                               msg=lambda m: f"{dims} norm: {m}")
+    clip_grad_norm_(model.parameters(), float(ref) / 2)
+    torch.testing.assert_close(global_grad_norm(model.parameters()), ref / 2, rtol=1e-4, atol=1e-7,
+                               msg=lambda m: f"{dims} clipped norm: {m}")
 
 
 # ---------------------------------------------------------------------------------- parity
