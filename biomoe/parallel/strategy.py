@@ -30,6 +30,7 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.strategies.parallel import ParallelStrategy
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torch.optim import Optimizer
 
@@ -91,6 +92,11 @@ class ExpertParallelStrategy(ModelParallelStrategy):
                                        self.data_parallel_replicate_size, self.data_parallel_shard_size)
         self._meshes = build_meshes(dims, self.root_device.type)
         self._device_mesh = self._meshes.root
+        if self.world_size == 1 and not self.meta_init:
+            # Measured (results/scaling/call-k): FSDP2 at world 1 still copies and casts every
+            # parameter each step; 2-layer Mixtral trained 35.6k tokens/s here vs 56.3k without it.
+            rank_zero_warn("ExpertParallelStrategy on one device only adds FSDP2 overhead (~37 % fewer "
+                           "tokens/s measured on one H200); drop trainer.strategy for single-GPU runs")
         assert self.lightning_module is not None
         self.lightning_module._device_mesh = self._device_mesh
 
