@@ -24,12 +24,13 @@ VARIANTS = {  # device call E: four regularisation variants at once, one per GPU
     "v3: hidden 768, dropout 0.3, wd 1.0, EMA, 1,400 steps": "variants-run/ecoli-v3-wide768",
     "v4: dropout 0.2, wd 2.0, EMA, 2,800 steps": "variants-run/ecoli-v4-wd2-long",
 }
-MUTATION = {  # device calls J and K: input-base mutation (data.mutation_prob), one H200 each
+MUTATION = {  # device calls J, K and L: input-base mutation (data.mutation_prob), one H200 each
     "v2: hidden 512, wd 1.0, EMA (no mutation)": "variants-run/ecoli-v2-wd1-ema",
     "v10: v2 + 5 % input mutation": "variants-run/ecoli-v10-wd1-ema-mut5",
     "v11: v2 + 10 % input mutation, 3,600 steps": "variants-run/ecoli-v11-wd1-ema-mut10-long",
     "v3: hidden 768, dropout 0.3, wd 1.0, EMA (no mutation)": "variants-run/ecoli-v3-wide768",
     "v9: v3 + 5 % input mutation, 2,600 steps": "variants-run/ecoli-v9-wide768-mut5",
+    "v12: v3 + 10 % input mutation, 2,300 steps": "variants-run/ecoli-v12-wide768-mut10",
 }
 REFERENCES = {"transformers Mixtral, 5 min (issue #6)": 1.853, "order-7 Markov (best k)": 1.9358,
               "target": 1.80}
