@@ -48,7 +48,9 @@ def test_scaling_config_changes_only_the_layout_and_run(tmp_path):
     assert cfg["trainer"]["devices"] == 4
     assert cfg["trainer"]["strategy"]["init_args"]["expert_parallel_size"] == 2
     assert cfg["model"]["config"]["num_layers"] == 3 and cfg["model"]["config"]["precision"] == "fp8-block"
-    assert cfg["model"]["optim"]["warmup_steps"] == 4  # short runs must not sit at lr ~ 0
+    assert cfg["model"]["optim"]["warmup_steps"] == 100  # the recipe's own warm-up: no squeezed spike
+    squeezed = scaling.scaling_config(base, scaling.Layout(1, 1), "bf16", 20, tmp_path, lr_warmup_steps=4)
+    assert squeezed["model"]["optim"]["warmup_steps"] == 4 and base["model"]["optim"]["warmup_steps"] == 100
     classes = [c["class_path"] for c in cfg["trainer"]["callbacks"]]
     assert not any(c.endswith("ModelCheckpoint") for c in classes) and classes[-1].endswith("DeviceStatsMonitor")
     assert base["model"]["config"]["num_layers"] == 2  # the base config is not modified
@@ -72,6 +74,7 @@ def test_cpu_fits_at_ep1_and_ep2_give_a_scaling_table(tmp_path):
         assert metrics["last_loss"] < metrics["first_loss"]  # it trained
         res = scaling.result_from_metrics(cfg, "tiny", "bf16", layout, metrics, wall)
         assert res.tokens_per_s_per_gpu == pytest.approx(res.tokens_per_s / layout.gpus)
+        assert res.lr_warmup_steps == 100  # recorded: the config's own warm-up ran
         (tmp_path / "raw").mkdir(exist_ok=True)
         (tmp_path / "raw" / f"{layout.label}.json").write_text(json.dumps(scaling.asdict(res)))
         results.append(res)

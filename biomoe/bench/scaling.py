@@ -39,7 +39,7 @@ import yaml
 
 from biomoe.bench.shapes import BenchShape
 from biomoe.bench.timing import PEAK_BF16_TFLOPS
-from biomoe.config import ModelConfig
+from biomoe.config import ModelConfig, OptimConfig
 from biomoe.te.precision import parse_precision
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,6 +97,7 @@ class ScalingResult:
     concurrent: str = ""         # other runs sharing the host at the same time, if any
     efficiency: float | None = None  # per-GPU tokens/s over the 1-GPU run's (same model, precision, AC)
     activation_checkpointing: bool = False  # recomputes blocks: ~1/3 more compute, less memory
+    lr_warmup_steps: int | None = None  # the fit's LR warm-up (None: not recorded, older results)
 
 
 def _data_default(name: str) -> object:
@@ -134,7 +135,8 @@ def point_name(model: str, layers: int, precision: str, layout: Layout,
 
 def scaling_config(base: dict, layout: Layout, precision: str, steps: int, run_dir: Path,
                    layers: int | None = None, fasta: str | None = None,
-                   activation_checkpointing: bool | None = None) -> dict:
+                   activation_checkpointing: bool | None = None,
+                   lr_warmup_steps: int | None = None) -> dict:
     """``base`` with only what a scaling point changes: GPUs, EP size, depth, precision, a short
     fit with per-step logging, no validation and no checkpoint (a 47B checkpoint is hundreds of GB).
     The precision fallback is dropped: a point labelled ``mxfp8`` must not quietly run fp8-block."""
@@ -166,8 +168,12 @@ def scaling_config(base: dict, layout: Layout, precision: str, steps: int, run_d
         model["config"]["num_layers"] = layers
     if activation_checkpointing is not None:
         model["activation_checkpointing"] = activation_checkpointing
-    optim = model.setdefault("optim", {})
-    optim["warmup_steps"] = min(int(optim.get("warmup_steps", 10)), max(steps // 5, 1))
+    if lr_warmup_steps is not None:
+        # The config's own warm-up is the default: a short fit is then the recipe's first steps.
+        # Squeezing mixtral-8x7b-ep8's 2,000-step warm-up into steps/5 (what the runner did until the
+        # fourth session) sent every 2-layer run from loss 2.1 to ~22 at step 2, on every layout and
+        # precision, and one-GPU fp8-block runs on to NaN.
+        model.setdefault("optim", {})["warmup_steps"] = int(lr_warmup_steps)
     if fasta is not None:
         cfg["data"]["fasta"] = fasta
     return cfg
@@ -215,7 +221,9 @@ def result_from_metrics(cfg: dict, model: str, precision: str, layout: Layout, m
                          tflops_per_gpu=tflops, mfu=tflops / PEAK_BF16_TFLOPS,
                          peak_mem_gb=metrics["peak_mem_gb"], first_loss=metrics["first_loss"],
                          last_loss=metrics["last_loss"], wall_s=wall_s, concurrent=concurrent,
-                         activation_checkpointing=bool(cfg["model"].get("activation_checkpointing")))
+                         activation_checkpointing=bool(cfg["model"].get("activation_checkpointing")),
+                         lr_warmup_steps=int(cfg["model"].get("optim", {}).get("warmup_steps",
+                                                                               OptimConfig.warmup_steps)))
 
 
 def add_efficiency(results: list[ScalingResult]) -> list[ScalingResult]:
@@ -383,7 +391,8 @@ def run(args: argparse.Namespace) -> int:
             name = point_name(model, layers, precision, layout, ac)
             run_dir = out / name
             cfg = scaling_config(base, layout, precision, args.steps, run_dir, layers=layers,
-                                 fasta=args.fasta, activation_checkpointing=ac)
+                                 fasta=args.fasta, activation_checkpointing=ac,
+                                 lr_warmup_steps=args.lr_warmup_steps)
             for stale in (out / f"{name}.json", out / f"{name}.failed"):  # a previous attempt's
                 stale.unlink(missing_ok=True)
             try:
@@ -442,6 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--steps", type=int, default=30)
     r.add_argument("--warmup", type=int, default=10, help="steps left out of the median")
     r.add_argument("--fasta", default=None, help="override data.fasta")
+    r.add_argument("--lr-warmup-steps", type=int, default=None,
+                   help="override the config's LR warm-up (default: keep it, so a short fit is the "
+                        "recipe's first steps; a warm-up squeezed into a few steps makes runs diverge)")
     r.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=None)
     r.add_argument("--timeout", type=float, default=600.0, help="seconds per fit")
     r.add_argument("--cli-args", default="", help="extra cli.py fit arguments, space-separated")
