@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
+from biomoe.config import ConfigError
 from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome
 from biomoe.tokenizer import A_ID, BOS_ID, T_ID, NucleotideTokenizer
@@ -83,16 +84,16 @@ class GenomeWindowDataset(Dataset):
         mutation_prob: float = 0.0,
     ) -> None:
         if seq_length < 1:
-            raise ValueError(f"seq_length must be >= 1, got {seq_length}")
+            raise ConfigError(f"data.seq_length must be >= 1, got {seq_length}")
         stride = seq_length if stride is None else stride
         if stride < 1:
-            raise ValueError(f"stride must be >= 1, got {stride}")
+            raise ConfigError(f"data.stride must be >= 1, got {stride}")
         if not 0.0 <= max_n_fraction <= 1.0:
-            raise ValueError(f"max_n_fraction must be in [0, 1], got {max_n_fraction}")
+            raise ConfigError(f"data.max_n_fraction must be in [0, 1], got {max_n_fraction}")
         if not 0.0 <= rc_prob <= 1.0:
-            raise ValueError(f"rc_prob must be in [0, 1], got {rc_prob}")
+            raise ConfigError(f"data.rc_prob must be in [0, 1], got {rc_prob}")
         if not 0.0 <= mutation_prob < 1.0:
-            raise ValueError(f"mutation_prob must be in [0, 1), got {mutation_prob}")
+            raise ConfigError(f"data.mutation_prob must be in [0, 1), got {mutation_prob}")
         self.genome = genome
         self.seq_length = int(seq_length)
         self.stride = int(stride)
@@ -258,7 +259,7 @@ def split_regions(
             raise GenomeInputError(label, "val_contigs holds out every contig; nothing is left to train on")
         return train, val
     if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        raise ConfigError(f"data.val_fraction must be in [0, 1), got {val_fraction}")
     train, val = [], []
     for i, c in enumerate(genome.contigs):
         cut = int(c.length * (1.0 - val_fraction))

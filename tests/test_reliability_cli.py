@@ -103,6 +103,10 @@ def test_unreadable_path(tmp_path: Path, capsys, monkeypatch) -> None:
      "expert_parallel_size=4 does not divide the world size 2"),
     (["--model.config.nope", "3"], "model.config: Option 'nope' is not accepted"),
     (["--model.config.top_k", "two"], "model.config.top_k: Expected a <class 'int'>. Got value: two"),
+    (["--data.rc_prob", "1.5"], "data.rc_prob must be in [0, 1], got 1.5"),
+    (["--data.mutation_prob", "1.0"], "data.mutation_prob must be in [0, 1), got 1.0"),
+    (["--data.stride", "0"], "data.stride must be >= 1, got 0"),
+    (["--data.val_fraction", "1.0"], "data.val_fraction must be in [0, 1), got 1.0"),
 ])
 def test_bad_config_in_process(tmp_path: Path, capsys, args: list[str], expected: str) -> None:
     assert main(_fit_args(ROOT / "data/lambda_virus.fa.gz", tmp_path) + args) == 2
