@@ -404,6 +404,12 @@ class GenomeDataModule(L.LightningDataModule):
         mutation_prob: float = 0.0,
     ) -> None:
         super().__init__()
+        if batch_size < 1:
+            raise ConfigError(f"data.batch_size must be >= 1, got {batch_size}")
+        if num_workers < 0:
+            raise ConfigError(f"data.num_workers must be >= 0, got {num_workers}")
+        if max_train_windows is not None and max_train_windows < 1:
+            raise ConfigError(f"data.max_train_windows must be >= 1 or null, got {max_train_windows}")
         self.save_hyperparameters()
         self.fasta = fasta
         self.seq_length = seq_length

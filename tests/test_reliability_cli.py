@@ -106,6 +106,8 @@ def test_unreadable_path(tmp_path: Path, capsys, monkeypatch) -> None:
     (["--data.rc_prob", "1.5"], "data.rc_prob must be in [0, 1], got 1.5"),
     (["--data.mutation_prob", "1.0"], "data.mutation_prob must be in [0, 1), got 1.0"),
     (["--data.stride", "0"], "data.stride must be >= 1, got 0"),
+    (["--data.batch_size", "0"], "data.batch_size must be >= 1, got 0"),
+    (["--data.num_workers", "-1"], "data.num_workers must be >= 0, got -1"),
     (["--data.val_fraction", "1.0"], "data.val_fraction must be in [0, 1), got 1.0"),
 ])
 def test_bad_config_in_process(tmp_path: Path, capsys, args: list[str], expected: str) -> None:
