@@ -26,6 +26,7 @@ from biomoe.module import BioMoEModule
 # Extra subcommands handled outside LightningCLI: name -> "module:function(argv)".
 EXTRA_COMMANDS: dict[str, str] = {
     "markov": "biomoe.markov_table:main",
+    "repeat-mix": "biomoe.repeat_score:main",
     "score-fasta": "biomoe.predict:main",
     "score-variants": "biomoe.variants:main",
     "export-hf": "biomoe.hf_export:export_main",

@@ -37,7 +37,7 @@ MAX_ORDER = 12
 _NEG = -1.0e4  # "impossible" logit for non-ACGT tokens (finite: avoids inf - inf in softmax)
 
 
-def _codes_and_valid(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def base_codes(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Base codes 0..3 (A, C, G, T) and a mask of where the id is one of them."""
     ids = np.asarray(ids, dtype=np.int64)
     valid = NucleotideTokenizer.unambiguous_mask(ids)
@@ -51,7 +51,7 @@ def count_kmers(ids: np.ndarray, max_order: int) -> list[np.ndarray]:
     followed the o-mer with base-4 code ``c`` (oldest base most significant). Only positions whose
     whole (o+1)-mer is A/C/G/T are counted.
     """
-    codes, valid = _codes_and_valid(ids)
+    codes, valid = base_codes(ids)
     n = codes.size
     counts: list[np.ndarray] = []
     ctx = np.zeros(n, dtype=np.int64)

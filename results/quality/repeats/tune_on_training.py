@@ -1,0 +1,41 @@
+"""Choose the repeat expert's settings without looking at the held-out split (issue #6).
+
+The first 90 % of NC_008253 (the training split) is written to a temporary FASTA; its own last
+1/9 (positions 80-90 % of the chromosome) then plays held-out, with the table and the order-7
+Markov base fitted on the first 80 %. The grid's best setting is the one used on the real held-out
+split. Run from the repository root (CPU, ~3 minutes):
+    python results/quality/repeats/tune_on_training.py
+"""
+
+import gzip
+import itertools
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from Bio import SeqIO
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+from biomoe.repeat_score import main  # noqa: E402
+
+record = next(SeqIO.parse(gzip.open(ROOT / "data/large/ecoli536_NC_008253.fna.gz", "rt"), "fasta"))
+sequence = str(record.seq)
+training = sequence[: len(sequence) - round(len(sequence) * 0.1)]
+rows = []
+with tempfile.TemporaryDirectory() as tmp:
+    fasta = Path(tmp) / "ecoli536_training_split.fa"
+    fasta.write_text(f">{record.id}_first90\n{training}\n")
+    for k, switch, smoothing in itertools.product((12, 14, 16, 18, 20, 24), (0.003, 0.01, 0.03, 0.1), (0.005, 0.02, 0.1)):
+        out = Path(tmp) / "r.json"
+        main([str(fasta), "--val-fraction", str(1 / 9), "--markov-order", "7", "--k", str(k),
+              "--switch", str(switch), "--smoothing", str(smoothing), "--json", str(out)])
+        r = json.loads(out.read_text())
+        rows.append({key: r[key] for key in ("k", "switch", "smoothing", "positions", "repeat_fraction",
+                                             "base_bits_per_base", "mixed_bits_per_base")})
+best = min(rows, key=lambda r: r["mixed_bits_per_base"])
+summary = {"split": "train on chromosome 0-80 %, score 80-90 % (inside the training split)",
+           "rows": rows, "best": best}
+(Path(__file__).parent / "tune_on_training.json").write_text(json.dumps(summary, indent=2) + "\n")
+print("best:", best)

@@ -1,0 +1,114 @@
+"""The repeat expert: training k-mer counts, the causal mixture, and `repeat-mix` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from biomoe.cli import main
+from biomoe.config import ModelConfig
+from biomoe.model import MoETransformer
+from biomoe.repeats import RepeatTable, default_k, mixture_log_likelihood
+from biomoe.tokenizer import A_ID, NucleotideTokenizer
+from conftest import random_dna
+
+TOK = NucleotideTokenizer()
+
+
+def ids(seq: str) -> np.ndarray:
+    return TOK.encode(seq)
+
+
+def test_table_counts_both_strands_and_skips_ambiguous_contexts():
+    table = RepeatTable.fit([ids("ACGTACGTT"), ids("GGNAC")], k=3)
+    labels = torch.from_numpy(ids("ACGTAC"))[None]
+    counts = table.next_base_counts(labels)[0]
+    assert counts[:3].sum() == 0  # fewer than k bases of context in the window
+    # "ACG" -> T twice on the forward strand; the reverse complement AACGTACGT adds ACG -> T twice more
+    assert counts[3].tolist() == [0, 0, 0, 4]
+    # context "CGT" -> A once forward (CGTA), T once forward (CGTT); reverse: ACGT|ACGT -> CGT->A once
+    assert counts[4].tolist() == [2, 0, 0, 1]
+    assert counts[5].tolist() == [0, 2, 0, 0]  # "GTA" -> C on both strands
+    assert len(RepeatTable.fit([ids("GGNAC")], k=2)) == 0  # every 3-mer there holds the N or ends
+    with pytest.raises(ValueError, match="k must be"):
+        RepeatTable.fit([ids("ACGT")], k=0)
+
+
+def test_default_k_grows_with_the_genome():
+    assert default_k(4_445_028) == 18  # E. coli's training split
+    assert default_k(50_000) < default_k(5_000_000) < default_k(3_000_000_000) <= 31
+
+
+def _uniform_log_probs(batch: int, length: int) -> torch.Tensor:
+    log_probs = torch.full((batch, length, 16), -1e4)
+    log_probs[..., A_ID:A_ID + 4] = np.log(0.25)
+    return log_probs
+
+
+def test_mixture_without_counts_is_the_base_model():
+    labels = torch.from_numpy(ids(random_dna(50, 1)))[None]
+    base = torch.log_softmax(torch.randn(1, 50, 16), -1)
+    mixed, weight = mixture_log_likelihood(base, labels, torch.zeros(1, 50, 4))
+    torch.testing.assert_close(mixed, base.gather(-1, labels.unsqueeze(-1)).squeeze(-1))
+    assert torch.all(weight <= 0.5 + 1e-6)
+
+
+def test_mixture_is_a_causal_distribution():
+    """The weight at t uses bases before t only, so over the four possible bases at t the mixed
+    probabilities sum to 1, and changing base t leaves every earlier output alone."""
+    torch.manual_seed(0)
+    labels = torch.from_numpy(ids(random_dna(40, 2)))[None].repeat(4, 1)
+    labels[:, 25] = torch.arange(A_ID, A_ID + 4)  # the four alternatives at t = 25
+    base = torch.log_softmax(torch.randn(1, 40, 16), -1).repeat(4, 1, 1)
+    counts = torch.randint(0, 3, (1, 40, 4)).float().repeat(4, 1, 1)
+    counts[:, 25] = torch.tensor([1.0, 2.0, 0.0, 1.0])  # the expert has an opinion at t
+    mixed, weight = mixture_log_likelihood(base, labels, counts, switch=0.05, smoothing=0.1)
+    acgt_mass = base[0, 25, A_ID:A_ID + 4].exp().sum()
+    w = weight[0, 25]
+    # bases get (1-w)·p_base + w·p_repeat; the rest of the vocabulary keeps (1-w)·p_base
+    torch.testing.assert_close(mixed[:, 25].exp().sum(), (1 - w) * acgt_mass + w, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(mixed[:, :25], mixed[:1, :25].expand(4, 25))  # earlier outputs unchanged
+    assert torch.equal(weight[:, :26], weight[:1, :26].expand(4, 26))
+
+
+def test_mixture_learns_to_trust_a_repeat_copy():
+    copy = random_dna(300, 3)
+    table = RepeatTable.fit([ids(random_dna(2000, 4) + copy)], k=12)
+    labels = torch.from_numpy(ids(random_dna(200, 5) + copy))[None]
+    counts = table.next_base_counts(labels)
+    mixed, weight = mixture_log_likelihood(_uniform_log_probs(1, 500), labels, counts)
+    inside = slice(200 + 12 + 50, 500)  # well into the copy
+    assert counts[0, inside].sum(-1).gt(0).all()
+    assert weight[0, inside].min() > 0.99
+    assert -mixed[0, inside].mean() / np.log(2) < 0.1  # bits/base: the copy is predicted
+    outside = slice(0, 200)
+    torch.testing.assert_close(mixed[0, outside], torch.full((200,), np.log(0.25)), rtol=0, atol=1e-5)
+
+
+def test_repeat_mix_cli_with_markov_and_checkpoint(write_fasta, tmp_path, capsys):
+    unit = random_dna(400, 6)
+    genome = random_dna(3000, 7) + unit + random_dna(2000, 8) + unit + random_dna(1500, 9)
+    fasta = write_fasta({"chr": genome + unit + random_dna(700, 10)})
+    out = tmp_path / "markov.json"
+    assert main(["repeat-mix", str(fasta), "--seq-length", "256", "--val-fraction", "0.15",
+                 "--markov-order", "3", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["repeat_positions"] > 200 and r["mixed_bits_per_base"] < r["base_bits_per_base"] - 0.05
+    assert r["mixed_on_repeats_bits_per_base"] < 0.5 < r["base_on_repeats_bits_per_base"]
+    assert "with the repeat expert" in capsys.readouterr().out
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
+                      ffn_hidden_size=32)
+    ckpt = tmp_path / "tiny.ckpt"
+    torch.save({"state_dict": {f"model.{k}": v for k, v in MoETransformer(cfg).state_dict().items()},
+                "hyper_parameters": {"config": cfg}}, ckpt)
+    out = tmp_path / "ckpt.json"
+    assert main(["repeat-mix", str(fasta), "--seq-length", "256", "--val-fraction", "0.15",
+                 "--ckpt", str(ckpt), "--json", str(out)]) == 0
+    r2 = json.loads(out.read_text())
+    assert r2["positions"] == r["positions"] and r2["repeat_positions"] == r["repeat_positions"]
+    assert r2["mixed_bits_per_base"] < r2["base_bits_per_base"]
