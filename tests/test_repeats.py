@@ -112,3 +112,38 @@ def test_repeat_mix_cli_with_markov_and_checkpoint(write_fasta, tmp_path, capsys
     r2 = json.loads(out.read_text())
     assert r2["positions"] == r["positions"] and r2["repeat_positions"] == r["repeat_positions"]
     assert r2["mixed_bits_per_base"] < r2["base_bits_per_base"]
+
+
+def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
+    """The callback's number is the CLI scorer's on the same weights, windows and positions, and
+    it lands in the logged metrics next to the network's own bits/base."""
+    import lightning as L
+
+    from biomoe.config import OptimConfig
+    from biomoe.data import GenomeDataModule
+    from biomoe.module import BioMoEModule
+    from biomoe.repeat_metric import RepeatMixture
+    from biomoe.repeat_score import score
+
+    unit = random_dna(300, 11)
+    fasta = write_fasta({"chr": random_dna(2500, 12) + unit + random_dna(1200, 13) + unit + random_dna(300, 14)})
+    dm = GenomeDataModule(fasta=str(fasta), seq_length=128, batch_size=4, val_fraction=0.15, rc_prob=0.0,
+                          cache_dir=str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
+                      ffn_hidden_size=32)
+    module = BioMoEModule(cfg, OptimConfig(), log_expert_load_every_n_steps=0)
+    callback = RepeatMixture(k=10)
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[callback])
+    (metrics,) = trainer.validate(module, datamodule=dm)
+    assert 0 < metrics["val/repeat_fraction"] < 1
+    assert metrics["val/repeat_mix_bits_per_base"] < metrics["val/bits_per_base"]
+
+    def log_probs(batch):
+        with torch.no_grad():
+            return torch.log_softmax(module.model(batch["input_ids"]).logits.float(), -1)
+
+    expected = score(dm, log_probs, callback.table, callback.switch, callback.smoothing, batch_size=4)
+    assert metrics["val/repeat_mix_bits_per_base"] == pytest.approx(expected["mixed_bits_per_base"], rel=1e-5)
+    assert metrics["val/bits_per_base"] == pytest.approx(expected["base_bits_per_base"], rel=1e-5)

@@ -1,0 +1,83 @@
+"""Lightning hook that logs the network mixed with the repeat expert next to its own bits/base.
+
+Why a callback: like :class:`~biomoe.baseline.MarkovBaseline` it must see exactly the evaluation
+batches (windows, ``loss_mask``, shards) and, here, the weights being evaluated (the EMA average
+when ``EMAWeightAveraging`` has swapped it in). It runs one extra forward per evaluation batch under
+the trainer's precision and the model's TE autocast, and mixes it with the repeat expert fitted on
+the training split (:mod:`biomoe.repeats`). Logged as ``{stage}/repeat_mix_bits_per_base`` and
+``{stage}/repeat_fraction`` (share of scored bases whose k-mer context occurs in training).
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from biomoe.baseline import training_sequences
+from biomoe.losses import LN2
+from biomoe.repeats import RepeatTable, default_k, mixture_log_likelihood
+
+__all__ = ["RepeatMixture"]
+
+
+class RepeatMixture(L.Callback):
+    """``k`` None picks :func:`~biomoe.repeats.default_k` from the training split's size;
+    ``switch`` and ``smoothing`` are :func:`~biomoe.repeats.mixture_log_likelihood`'s."""
+
+    def __init__(self, k: int | None = None, switch: float = 0.003, smoothing: float = 0.005) -> None:
+        super().__init__()
+        self.k, self.switch, self.smoothing = k, switch, smoothing
+        self.table: RepeatTable | None = None
+        self._sums: dict[str, list[Tensor]] = {}
+
+    def _start(self, trainer: L.Trainer, stage: str) -> None:
+        if trainer.sanity_checking or getattr(trainer.datamodule, "genome", None) is None:
+            return
+        if self.table is None:
+            bases = sum(int(ids.size) for ids in training_sequences(trainer.datamodule))
+            self.table = RepeatTable.fit(training_sequences(trainer.datamodule), self.k or default_k(bases))
+        self._sums[stage] = []
+
+    @torch.no_grad()
+    def _batch(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: dict[str, Tensor],
+               stage: str) -> None:
+        if stage not in self._sums:
+            return
+        with trainer.precision_plugin.forward_context(), pl_module.fast_path().autocast():
+            logits = pl_module.model(batch["input_ids"]).logits
+        labels, mask = batch["labels"], batch["loss_mask"].bool()
+        counts = self.table.next_base_counts(labels).to(labels.device)
+        mixed, _ = mixture_log_likelihood(torch.log_softmax(logits.float(), -1), labels, counts,
+                                          self.switch, self.smoothing)
+        repeats = mask & (counts.sum(-1) > 0)
+        self._sums[stage].append(torch.stack([-mixed[mask].double().sum(), mask.sum().double(),
+                                              repeats.sum().double()]))
+
+    def _end(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        sums = self._sums.pop(stage, None)
+        if sums is None:
+            return
+        local = torch.stack(sums).sum(0) if sums else torch.zeros(3, dtype=torch.float64)
+        total = trainer.strategy.reduce(local.to(pl_module.device), reduce_op="sum")
+        if float(total[1]) > 0:
+            pl_module.log(f"{stage}/repeat_mix_bits_per_base", float(total[0] / total[1]) / LN2)
+            pl_module.log(f"{stage}/repeat_fraction", float(total[2] / total[1]))
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start(trainer, "val")
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self._batch(trainer, pl_module, batch, "val")
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._end(trainer, pl_module, "val")
+
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start(trainer, "test")
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self._batch(trainer, pl_module, batch, "test")
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._end(trainer, pl_module, "test")
