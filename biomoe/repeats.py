@@ -128,15 +128,23 @@ def mixture_log_likelihood(log_probs: Tensor, labels: Tensor, counts: Tensor, sw
     repeat_p = (counts.gather(-1, base_idx.unsqueeze(-1)).squeeze(-1) + smoothing) / (total + 4 * smoothing)
     # With counts the expert gives every non-base token probability 0, so the mixture sums to 1.
     repeat_ll = torch.where(total > 0, torch.where(is_base, repeat_p.log(), -torch.inf), base_ll)
-    weight = torch.full(labels.shape[:-1], float(prior), dtype=torch.float32, device=labels.device)
-    weights_before = torch.empty_like(base_ll)
-    mixed = torch.empty_like(base_ll)
-    for t in range(labels.shape[-1]):
-        w = weight.clamp(1e-12, 1 - 1e-12)
-        weights_before[..., t] = w
-        both = torch.stack([torch.log1p(-w) + base_ll[..., t], torch.log(w) + repeat_ll[..., t]])
-        mixed[..., t] = torch.logsumexp(both, 0)
-        posterior = torch.exp(both[1] - mixed[..., t])
-        shared = (1 - switch) * posterior + switch * (1 - posterior)
-        weight = torch.where(is_base[..., t], shared, weight)
+    # The recursion is sequential in t: run it in numpy on the host (a few microseconds per step for
+    # a whole batch) rather than as ~15 tiny kernel launches per position on a GPU.
+    base_np = base_ll.detach().double().cpu().numpy()
+    repeat_np = repeat_ll.detach().double().cpu().numpy()
+    update = is_base.cpu().numpy()
+    weight = np.full(base_np.shape[:-1], float(prior))
+    weights_np = np.empty_like(base_np)
+    mixed_np = np.empty_like(base_np)
+    with np.errstate(divide="ignore"):  # log(0) = -inf for a base the expert rules out is intended
+        for t in range(base_np.shape[-1]):
+            w = np.clip(weight, 1e-12, 1 - 1e-12)
+            weights_np[..., t] = w
+            from_base, from_repeat = np.log1p(-w) + base_np[..., t], np.log(w) + repeat_np[..., t]
+            mixed_np[..., t] = np.logaddexp(from_base, from_repeat)
+            posterior = np.exp(from_repeat - mixed_np[..., t])
+            shared = (1 - switch) * posterior + switch * (1 - posterior)
+            weight = np.where(update[..., t], shared, weight)
+    mixed = torch.from_numpy(mixed_np).to(base_ll.device, torch.float32)
+    weights_before = torch.from_numpy(weights_np).to(base_ll.device, torch.float32)
     return mixed, weights_before

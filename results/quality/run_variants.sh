@@ -6,7 +6,8 @@
 # the models (mean of probabilities) scored. Everything is packed into ONE tar, because the device
 # machine returns at most 8 files. Driven by results/gpu-calls/call-{e,h}.sh.
 #   OUT=dir CALL=label BUDGET_S=seconds bash results/quality/run_variants.sh NAME...
-# FIRST_GPU=k puts the first variant on GPU k (default 0). SKIP_FIT=1 summarises and packs existing $OUT/NAME/ folders (testing); ENS_BATCH and
+# FIRST_GPU=k puts the first variant on GPU k (default 0); FIT_ARGS are appended to every fit;
+# REPEAT_MIX=1 also scores each last.ckpt with `cli.py repeat-mix`. SKIP_FIT=1 summarises and packs existing $OUT/NAME/ folders (testing); ENS_BATCH and
 # ENS_LIMIT_BATCHES size the ensemble scoring (testing on CPU).
 set -u
 PY=${PY:-python3}
@@ -29,7 +30,7 @@ if [ -z "${SKIP_FIT:-}" ]; then  # SKIP_FIT=1: summarise and pack existing $OUT/
     n=${VARIANTS[$i]}
     ( export CUDA_VISIBLE_DEVICES=$(( ${FIRST_GPU:-0} + i ))
       t0=$(date +%s)
-      timeout $(( DEADLINE - t0 - 45 )) $PY cli.py fit --config "$V/$n.yaml" \
+      timeout $(( DEADLINE - t0 - 45 )) $PY cli.py fit --config "$V/$n.yaml" ${FIT_ARGS:-} \
         --trainer.default_root_dir "$OUT/$n" --trainer.logger.init_args.save_dir "$OUT/$n" > "$OUT/$n.log" 2>&1
       echo "fit rc=$? wall-clock (process) $(( $(date +%s) - t0 )) s" >> "$OUT/$n.log" ) &
     pids+=($!)
@@ -61,6 +62,10 @@ for n in names:
     print(f"{n}: rc={rc} steps={steps} {secs}s {statistics.median(tps) / 1e3 if tps else 0:.0f}k tok/s | "
           f"val last {lastv[1]:.4f}@{lastv[0]} best {best[1]:.4f}@{best[0]} | train(last100) {last_train:.4f}")
     print("  val: " + " ".join(f"{b:.4f}" for _, b in val))
+    mix = [(int(r["step"]) + 1, float(r["val/repeat_mix_bits_per_base"])) for r in rows
+           if r.get("val/repeat_mix_bits_per_base")]
+    if mix:  # the RepeatMixture callback ran: the same network mixed with the repeat expert
+        print("  val with the repeat expert: " + " ".join(f"{b:.4f}" for _, b in mix))
     if rc != "0":
         print("\n".join("  | " + l[:200] for l in log.splitlines()[-8:]))
 PY
@@ -100,6 +105,13 @@ for k in range(2, len(lls) + 1):
         ens = torch.logsumexp(torch.stack([lls[i] for i in idx]), 0) - math.log(k)
         print(f"ensemble {'+'.join(names[i].split('-')[1] for i in idx)}: {-ens.mean().item() / LN2:.4f}")
 PY
+fi
+if [ -n "${REPEAT_MIX:-}" ]; then  # each last.ckpt alone and with the repeat expert (biomoe/repeats.py)
+  for c in "${CKPTS[@]}"; do
+    left=$(( DEADLINE - $(date +%s) )); [ "$left" -gt 20 ] || break
+    timeout "$left" $PY cli.py repeat-mix data/large/ecoli536_NC_008253.fna.gz --ckpt "$c" \
+      --json "$(dirname "$c")/../repeat_mix.json" 2>&1 | grep -v Warning | tee -a "$OUT/summary.txt"
+  done
 fi
 echo "call-$CALL total $(( $(date +%s) - START )) s" | tee -a "$OUT/summary.txt"
 find "$OUT" -name "*.ckpt" -delete
