@@ -16,7 +16,7 @@ from torch import Tensor
 
 from biomoe.baseline import training_sequences
 from biomoe.losses import LN2
-from biomoe.repeats import RepeatTable, default_k, mixture_log_likelihood
+from biomoe.repeats import RepeatTable, check_settings, default_k, mixture_log_likelihood
 
 __all__ = ["RepeatMixture"]
 
@@ -27,6 +27,7 @@ class RepeatMixture(L.Callback):
 
     def __init__(self, k: int | None = None, switch: float = 0.003, smoothing: float = 0.005) -> None:
         super().__init__()
+        check_settings(k, switch, smoothing)
         self.k, self.switch, self.smoothing = k, switch, smoothing
         self.table: RepeatTable | None = None
         self._sums: dict[str, list[Tensor]] = {}

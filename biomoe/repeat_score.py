@@ -22,7 +22,7 @@ from biomoe.baseline import training_sequences
 from biomoe.data import GenomeDataModule
 from biomoe.losses import LN2
 from biomoe.markov import MAX_ORDER, MarkovModel
-from biomoe.repeats import RepeatTable, default_k, mixture_log_likelihood
+from biomoe.repeats import RepeatTable, check_settings, default_k, mixture_log_likelihood
 
 
 def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, switch: float,
@@ -86,6 +86,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.ckpt is None and not 0 <= args.markov_order <= MAX_ORDER:
         parser.error(f"--markov-order must be in 0..{MAX_ORDER}")
+    check_settings(args.k, args.switch, args.smoothing)
     start = time.perf_counter()
     dm = GenomeDataModule(fasta=args.fasta, seq_length=args.seq_length, val_fraction=args.val_fraction,
                           val_contigs=args.val_contigs, rc_prob=0.0)

@@ -26,12 +26,24 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from biomoe.config import ConfigError
 from biomoe.markov import base_codes
 from biomoe.tokenizer import A_ID, T_ID
 
-__all__ = ["RepeatTable", "default_k", "mixture_log_likelihood"]
+__all__ = ["RepeatTable", "check_settings", "default_k", "mixture_log_likelihood"]
 
 MAX_K = 31  # 2 bits per base of context plus the next base in one int64
+MAX_TRAINING_BASES = 500_000_000  # ~16 GB of table: beyond that a k-mer table is the wrong tool
+
+
+def check_settings(k: int | None, switch: float, smoothing: float) -> None:
+    """One-line ConfigError for settings the expert cannot use (CLI and callback alike)."""
+    if k is not None and not 1 <= k <= MAX_K:
+        raise ConfigError(f"repeat expert: k must be in 1..{MAX_K}, got {k}")
+    if not 0.0 <= switch <= 1.0:
+        raise ConfigError(f"repeat expert: switch must be in [0, 1], got {switch}")
+    if not smoothing > 0.0:
+        raise ConfigError(f"repeat expert: smoothing must be > 0, got {smoothing}")
 
 
 def default_k(training_bases: int) -> int:
@@ -65,10 +77,13 @@ class RepeatTable:
     @classmethod
     def fit(cls, sequences: Iterable[np.ndarray], k: int, reverse_complement: bool = True) -> "RepeatTable":
         """``sequences``: token-id arrays, one per training region (never held-out sequence)."""
-        if not 1 <= k <= MAX_K:
-            raise ValueError(f"repeat context k must be in 1..{MAX_K}, got {k}")
-        parts = []
+        check_settings(k, 0.0, 1.0)
+        parts, bases = [], 0
         for ids in sequences:
+            bases += int(np.asarray(ids).size)
+            if bases > MAX_TRAINING_BASES:
+                raise ConfigError(f"repeat expert: the training split has over {MAX_TRAINING_BASES:,} bases; "
+                                  "its k-mer table would not fit in memory (use it on genomes up to that size)")
             codes, valid = base_codes(ids)
             strands = [(codes, valid)]
             if reverse_complement:
@@ -118,8 +133,9 @@ def mixture_log_likelihood(log_probs: Tensor, labels: Tensor, counts: Tensor, sw
     The defaults (switch 0.003, smoothing 0.005) are the best of a grid scored inside E. coli's
     training split with an order-7 Markov base (results/quality/repeats/tune_on_training.json).
     """
-    if not (0.0 <= switch <= 1.0 and smoothing > 0.0 and 0.0 < prior < 1.0):
-        raise ValueError(f"need 0 <= switch <= 1, smoothing > 0, 0 < prior < 1; got {switch}, {smoothing}, {prior}")
+    check_settings(None, switch, smoothing)
+    if not 0.0 < prior < 1.0:
+        raise ConfigError(f"repeat expert: prior must be in (0, 1), got {prior}")
     base_ll = log_probs.float().gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
     is_base = (labels >= A_ID) & (labels <= T_ID)
     base_idx = torch.where(is_base, labels - A_ID, torch.zeros_like(labels)).long()

@@ -147,3 +147,26 @@ def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
     expected = score(dm, log_probs, callback.table, callback.switch, callback.smoothing, batch_size=4)
     assert metrics["val/repeat_mix_bits_per_base"] == pytest.approx(expected["mixed_bits_per_base"], rel=1e-5)
     assert metrics["val/bits_per_base"] == pytest.approx(expected["base_bits_per_base"], rel=1e-5)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--k", "40"], "repeat expert: k must be in 1..31, got 40"),
+    (["--switch", "2"], "repeat expert: switch must be in [0, 1], got 2.0"),
+    (["--smoothing", "0"], "repeat expert: smoothing must be > 0, got 0.0"),
+    (["--ckpt", "missing.ckpt"], "missing.ckpt: checkpoint not found"),
+])
+def test_repeat_mix_bad_settings_are_one_line(args, expected, capsys, tmp_path):
+    from pathlib import Path
+
+    lam = str(Path(__file__).resolve().parents[1] / "data/lambda_virus.fa.gz")
+    assert main(["repeat-mix", lam, *args]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err[-1] == f"biomoe: error: {expected}" and "Traceback" not in "\n".join(err)
+
+
+def test_callback_refuses_bad_settings():
+    from biomoe.config import ConfigError
+    from biomoe.repeat_metric import RepeatMixture
+
+    with pytest.raises(ConfigError, match="switch"):
+        RepeatMixture(switch=-0.1)
