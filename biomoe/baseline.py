@@ -21,7 +21,7 @@ from biomoe.data import split_regions
 from biomoe.losses import LN2, masked_cross_entropy_sum
 from biomoe.markov import MarkovModel
 
-__all__ = ["MarkovBaseline", "training_sequences"]
+__all__ = ["EvaluationPassCallback", "MarkovBaseline", "training_sequences"]
 
 
 def training_sequences(datamodule: Any) -> Iterator[np.ndarray]:
@@ -36,7 +36,40 @@ def training_sequences(datamodule: Any) -> Iterator[np.ndarray]:
         yield datamodule.tokenizer.encode(genome.fetch(contig, lo, hi))
 
 
-class MarkovBaseline(L.Callback):
+class EvaluationPassCallback(L.Callback):
+    """Routes every validation and test pass to three methods, ``_start``, ``_batch`` and ``_end``
+    (each given the stage name, ``val`` or ``test``), so a metric callback writes its logic once."""
+
+    def _start(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        raise NotImplementedError
+
+    def _batch(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: dict[str, Tensor],
+               stage: str) -> None:
+        raise NotImplementedError
+
+    def _end(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        raise NotImplementedError
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start(trainer, pl_module, "val")
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self._batch(trainer, pl_module, batch, "val")
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._end(trainer, pl_module, "val")
+
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start(trainer, pl_module, "test")
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self._batch(trainer, pl_module, batch, "test")
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._end(trainer, pl_module, "test")
+
+
+class MarkovBaseline(EvaluationPassCallback):
     """Logs ``{stage}/markov_bits_per_base`` for validate and test (order ``order``, add-``alpha``).
 
     Computed with :func:`~biomoe.losses.masked_cross_entropy_sum` on the Markov log-probabilities
@@ -62,17 +95,18 @@ class MarkovBaseline(L.Callback):
             self.model = MarkovModel.fit(training_sequences(trainer.datamodule), self.order, self.alpha,
                                          self.reverse_complement)
 
-    def _start(self, trainer: L.Trainer, stage: str) -> None:
+    def _start(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if not self._active(trainer) or stage in self.cached:
             return
         self._ensure_model(trainer)
         self._sums[stage] = []
 
-    def _batch(self, batch: dict[str, Tensor], stage: str, vocab_size: int) -> None:
+    def _batch(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: dict[str, Tensor],
+               stage: str) -> None:
         if stage not in self._sums:
             return
         labels = batch["labels"]
-        logits = self.model.logits(labels, vocab_size)
+        logits = self.model.logits(labels, int(pl_module.config.vocab_size))
         ce_sum, n = masked_cross_entropy_sum(logits, labels, batch["loss_mask"])
         self._sums[stage].append(torch.stack([ce_sum.double(), n.double()]))
 
@@ -86,26 +120,3 @@ class MarkovBaseline(L.Callback):
                 self.cached[stage] = float(total[0] / total[1]) / LN2
         if stage in self.cached and self._active(trainer):
             pl_module.log(f"{stage}/markov_bits_per_base", self.cached[stage], sync_dist=False)
-
-    @staticmethod
-    def _vocab(pl_module: L.LightningModule) -> int:
-        return int(pl_module.config.vocab_size)
-
-    # -------------------------------------------------------------------------------- hooks
-    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start(trainer, "val")
-
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        self._batch(batch, "val", self._vocab(pl_module))
-
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._end(trainer, pl_module, "val")
-
-    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start(trainer, "test")
-
-    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        self._batch(batch, "test", self._vocab(pl_module))
-
-    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._end(trainer, pl_module, "test")

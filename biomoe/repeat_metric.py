@@ -14,14 +14,14 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from biomoe.baseline import training_sequences
+from biomoe.baseline import EvaluationPassCallback, training_sequences
 from biomoe.losses import LN2
 from biomoe.repeats import RepeatTable, check_settings, default_k, mixture_log_likelihood
 
 __all__ = ["RepeatMixture"]
 
 
-class RepeatMixture(L.Callback):
+class RepeatMixture(EvaluationPassCallback):
     """``k`` None picks :func:`~biomoe.repeats.default_k` from the training split's size;
     ``switch`` and ``smoothing`` are :func:`~biomoe.repeats.mixture_log_likelihood`'s."""
 
@@ -32,7 +32,7 @@ class RepeatMixture(L.Callback):
         self.table: RepeatTable | None = None
         self._sums: dict[str, list[Tensor]] = {}
 
-    def _start(self, trainer: L.Trainer, stage: str) -> None:
+    def _start(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if trainer.sanity_checking or getattr(trainer.datamodule, "genome", None) is None:
             return
         if self.table is None:
@@ -64,21 +64,3 @@ class RepeatMixture(L.Callback):
         if float(total[1]) > 0:
             pl_module.log(f"{stage}/repeat_mix_bits_per_base", float(total[0] / total[1]) / LN2)
             pl_module.log(f"{stage}/repeat_fraction", float(total[2] / total[1]))
-
-    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start(trainer, "val")
-
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        self._batch(trainer, pl_module, batch, "val")
-
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._end(trainer, pl_module, "val")
-
-    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start(trainer, "test")
-
-    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        self._batch(trainer, pl_module, batch, "test")
-
-    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._end(trainer, pl_module, "test")
