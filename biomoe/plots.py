@@ -103,3 +103,42 @@ def plot_validation_comparison(runs: dict[str, str | Path], out_path: str | Path
     fig.savefig(out_path, dpi=110)
     plt.close(fig)
     return out_path
+
+
+def plot_repeat_gain(windows: list[dict], out_path: str | Path, title: str) -> Path | None:
+    """Held-out bits/base per window along the genome, a model alone and mixed with the repeat
+    expert, and the share of each window that follows a training k-mer: where the copies are and
+    what they save. ``windows`` as :func:`biomoe.repeat_score.score` returns them (in order)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    contigs = list(dict.fromkeys(w["contig"] for w in windows))
+    fig, axes = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    offset = 0.0
+    for contig in contigs:  # contigs side by side, in the order they were scored
+        rows = [w for w in windows if w["contig"] == contig]
+        x = [offset + (w["start"] - rows[0]["start"]) / 1e3 for w in rows]
+        axes[0].plot(x, [w["alone"] for w in rows], color="tab:grey", linewidth=0.8,
+                     label="alone" if offset == 0 else None)
+        axes[0].plot(x, [w["mixed"] for w in rows], color="tab:blue", linewidth=0.8,
+                     label="with the repeat expert" if offset == 0 else None)
+        axes[1].fill_between(x, [100 * w["repeat_fraction"] for w in rows], step="mid", color="tab:orange")
+        offset = x[-1] + 1.0
+    total = sum(w["bases"] for w in windows) or 1
+    alone = sum(w["alone"] * w["bases"] for w in windows) / total
+    mixed = sum(w["mixed"] * w["bases"] for w in windows) / total
+    axes[0].set_ylabel("bits/base per window")
+    axes[0].set_title(f"{title}\nall windows: {alone:.4f} alone, {mixed:.4f} mixed")
+    axes[0].legend(loc="lower left")
+    axes[1].set_ylabel("% after a\ntraining k-mer")
+    axes[1].set_xlabel("kb into the held-out region" + (" (contigs side by side)" if len(contigs) > 1 else ""))
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=120)
+    plt.close(fig)
+    return out_path

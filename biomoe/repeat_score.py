@@ -26,11 +26,15 @@ from biomoe.repeats import RepeatTable, check_settings, default_k, mixture_log_l
 
 
 def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, switch: float,
-          smoothing: float, batch_size: int = 64) -> dict[str, float]:
-    """Sums over the validation windows. ``base_log_probs(batch) -> [B, T, V]`` log-probabilities."""
+          smoothing: float, batch_size: int = 64, per_window: bool = False) -> dict:
+    """Sums over the validation windows. ``base_log_probs(batch) -> [B, T, V]`` log-probabilities.
+    ``per_window`` adds ``windows``: contig, start, bases scored, bits/base alone and mixed, and the
+    share of bases after a training k-mer, for each validation window in order."""
     sums = {"base": 0.0, "mixed": 0.0, "base_on_repeats": 0.0, "mixed_on_repeats": 0.0}
     positions = covered = 0
-    for batch in DataLoader(datamodule.val_dataset, batch_size=batch_size, shuffle=False):
+    windows: list[dict] = []
+    dataset = datamodule.val_dataset
+    for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False):
         labels, mask = batch["labels"], batch["loss_mask"].bool()
         log_probs = base_log_probs(batch)
         counts = table.next_base_counts(labels).to(log_probs.device)
@@ -44,11 +48,23 @@ def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, swit
         sums["mixed_on_repeats"] -= float(mixed_ll[repeat].double().sum())
         positions += int(mask.sum())
         covered += int(repeat.sum())
+        if per_window:
+            n = mask.sum(-1).clamp_min(1)
+            alone = (-(base_ll * mask).sum(-1) / n / LN2).tolist()
+            mixed = (-(mixed_ll * mask).sum(-1) / n / LN2).tolist()
+            share = (repeat.sum(-1) / n).tolist()
+            for row in range(labels.shape[0]):
+                contig, start, _ = dataset.window(len(windows))
+                windows.append({"contig": contig, "start": start, "bases": int(mask[row].sum()),
+                                "alone": alone[row], "mixed": mixed[row], "repeat_fraction": share[row]})
     bits = {name: value / LN2 / max(positions if "repeats" not in name else covered, 1)
             for name, value in sums.items()}
-    return {"positions": positions, "repeat_positions": covered,
-            "repeat_fraction": covered / max(positions, 1),
-            **{f"{name}_bits_per_base": value for name, value in bits.items()}}
+    result = {"positions": positions, "repeat_positions": covered,
+              "repeat_fraction": covered / max(positions, 1),
+              **{f"{name}_bits_per_base": value for name, value in bits.items()}}
+    if per_window:
+        result["windows"] = windows
+    return result
 
 
 def checkpoint_log_probs(path: str, device: torch.device):
@@ -83,6 +99,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--val-contigs", nargs="*", default=None)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="PNG of bits/base per held-out window, alone and mixed, along the genome")
     args = parser.parse_args(argv)
     if args.ckpt is None and not 0 <= args.markov_order <= MAX_ORDER:
         parser.error(f"--markov-order must be in 0..{MAX_ORDER}")
@@ -101,7 +119,7 @@ def main(argv: list[str]) -> int:
         base, base_name = checkpoint_log_probs(args.ckpt, device), args.ckpt
     else:
         base, base_name = markov_log_probs(dm, args.markov_order), f"order-{args.markov_order} Markov"
-    result = score(dm, base, table, args.switch, args.smoothing, args.batch_size)
+    result = score(dm, base, table, args.switch, args.smoothing, args.batch_size, per_window=args.plot is not None)
     result.update(base=base_name, k=k, switch=args.switch, smoothing=args.smoothing,
                   training_bases=training_bases, table_entries=len(table), fasta=args.fasta,
                   seq_length=args.seq_length, seconds=time.perf_counter() - start)
@@ -111,7 +129,14 @@ def main(argv: list[str]) -> int:
           f"{result['repeat_fraction']:.2%} of positions follow a training k-mer: "
           f"{result['base_on_repeats_bits_per_base']:.3f} -> {result['mixed_on_repeats_bits_per_base']:.3f} "
           f"bits/base there ({result['seconds']:.0f} s)")
+    windows = result.pop("windows", None)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if windows is not None:
+        from biomoe.plots import plot_repeat_gain
+
+        title = f"{base_name} alone and with the repeat expert (k={k}), held-out windows"
+        written = plot_repeat_gain(windows, args.plot, title)
+        print(f"plot: {written}" if written else "plot: skipped (matplotlib is not installed)")
     return 0

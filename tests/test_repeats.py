@@ -93,8 +93,10 @@ def test_repeat_mix_cli_with_markov_and_checkpoint(write_fasta, tmp_path, capsys
     genome = random_dna(3000, 7) + unit + random_dna(2000, 8) + unit + random_dna(1500, 9)
     fasta = write_fasta({"chr": genome + unit + random_dna(700, 10)})
     out = tmp_path / "markov.json"
+    png = tmp_path / "gain.png"
     assert main(["repeat-mix", str(fasta), "--seq-length", "256", "--val-fraction", "0.15",
-                 "--markov-order", "3", "--json", str(out)]) == 0
+                 "--markov-order", "3", "--json", str(out), "--plot", str(png)]) == 0
+    assert png.stat().st_size > 10_000
     r = json.loads(out.read_text())
     assert r["repeat_positions"] > 200 and r["mixed_bits_per_base"] < r["base_bits_per_base"] - 0.05
     assert r["mixed_on_repeats_bits_per_base"] < 0.5 < r["base_on_repeats_bits_per_base"]
@@ -144,7 +146,12 @@ def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
         with torch.no_grad():
             return torch.log_softmax(module.model(batch["input_ids"]).logits.float(), -1)
 
-    expected = score(dm, log_probs, callback.table, callback.switch, callback.smoothing, batch_size=4)
+    expected = score(dm, log_probs, callback.table, callback.switch, callback.smoothing, batch_size=4,
+                     per_window=True)
+    windows = expected["windows"]
+    assert len(windows) == len(dm.val_dataset) and sum(w["bases"] for w in windows) == expected["positions"]
+    weighted = sum(w["mixed"] * w["bases"] for w in windows) / expected["positions"]
+    assert weighted == pytest.approx(expected["mixed_bits_per_base"], rel=1e-5)  # windows add up
     assert metrics["val/repeat_mix_bits_per_base"] == pytest.approx(expected["mixed_bits_per_base"], rel=1e-5)
     assert metrics["val/bits_per_base"] == pytest.approx(expected["base_bits_per_base"], rel=1e-5)
 
