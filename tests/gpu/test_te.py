@@ -11,6 +11,7 @@ Error metric throughout: relative error ‖a − b‖ / ‖b‖ over the whole t
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -386,3 +387,39 @@ def test_activation_checkpointing_under_fp8_matches_no_checkpointing(precision, 
     assert grads[0].keys() == grads[1].keys()
     for name, grad in grads[0].items():
         assert rel(grads[1][name].float(), grad.float()) < 1e-2, name
+
+
+def test_repeat_mixture_callback_on_gpu_matches_the_scorer(tmp_path):
+    """On the GPU the callback's extra forward runs with the TE fast path under bf16-mixed; its
+    mixed number must still be the scorer's on the same weights (the scorer mirrors that forward)."""
+    import lightning as L
+
+    from biomoe.config import OptimConfig
+    from biomoe.data import GenomeDataModule
+    from biomoe.module import BioMoEModule
+    from biomoe.repeat_metric import RepeatMixture
+    from biomoe.repeat_score import score
+    def random_dna(n: int, seed: int) -> str:
+        return "".join(np.random.default_rng(seed).choice(list("ACGT"), n))
+
+    unit = random_dna(400, 1)
+    path = tmp_path / "g.fa"
+    path.write_text(">chr\n" + random_dna(3000, 2) + unit + random_dna(1500, 3) + unit + random_dna(300, 4) + "\n")
+    dm = GenomeDataModule(fasta=str(path), seq_length=256, batch_size=4, val_fraction=0.2, rc_prob=0.0,
+                          cache_dir=str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    module = BioMoEModule(small_config(expert_backend="auto"), OptimConfig(), log_expert_load_every_n_steps=0)
+    callback = RepeatMixture(k=10)
+    trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", logger=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[callback])
+    (metrics,) = trainer.validate(module, datamodule=dm)
+    assert 0 < metrics["val/repeat_fraction"] < 1
+
+    def log_probs(batch):
+        with torch.no_grad(), trainer.precision_plugin.forward_context(), module.fast_path().autocast():
+            logits = module.model(batch["input_ids"].to(module.device)).logits
+        return torch.log_softmax(logits.float(), -1)
+
+    expected = score(dm, log_probs, callback.table, callback.switch, callback.smoothing, batch_size=4)
+    assert metrics["val/repeat_mix_bits_per_base"] == pytest.approx(expected["mixed_bits_per_base"], rel=1e-4)
+    assert metrics["val/repeat_mix_bits_per_base"] < metrics["val/bits_per_base"]
