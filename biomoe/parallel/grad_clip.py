@@ -51,12 +51,11 @@ def global_grad_norm(parameters: Iterable[Tensor], group: dist.ProcessGroup | No
     pieces = [_local_and_copies(grad, world) for grad in grads]
     locals_ = [local.detach() for local, _ in pieces]
     device = locals_[0].device
-    squares = torch.zeros(len(locals_), dtype=torch.float32, device=device)
+    total = torch.zeros((), dtype=torch.float32, device=device)
     for idx in _by_device_and_dtype(locals_).values():
         norms = torch._foreach_norm([locals_[i] for i in idx], 2.0, dtype=torch.float32)
-        squares[torch.tensor(idx, device=device)] = torch.stack([n.to(device) for n in norms]) ** 2
-    copies = torch.tensor([c for _, c in pieces], dtype=torch.float32, device=device)
-    total = (squares / copies).sum()
+        copies = torch.tensor([pieces[i][1] for i in idx], dtype=torch.float32, device=device)
+        total = total + (torch.stack([n.to(device) for n in norms]) ** 2 / copies).sum()
     if world > 1:
         dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
     return total.sqrt()
