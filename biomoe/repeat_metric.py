@@ -14,9 +14,9 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from biomoe.baseline import EvaluationPassCallback, training_sequences
+from biomoe.baseline import EvaluationPassCallback
 from biomoe.losses import LN2
-from biomoe.repeats import RepeatTable, check_settings, default_k, mixture_log_likelihood
+from biomoe.repeats import RepeatTable, check_settings, fit_on_training_split, score_batch
 
 __all__ = ["RepeatMixture"]
 
@@ -36,8 +36,7 @@ class RepeatMixture(EvaluationPassCallback):
         if trainer.sanity_checking or getattr(trainer.datamodule, "genome", None) is None:
             return
         if self.table is None:
-            bases = sum(int(ids.size) for ids in training_sequences(trainer.datamodule))
-            self.table = RepeatTable.fit(training_sequences(trainer.datamodule), self.k or default_k(bases))
+            self.table = fit_on_training_split(trainer.datamodule, self.k)
         self._sums[stage] = []
 
     @torch.no_grad()
@@ -47,11 +46,10 @@ class RepeatMixture(EvaluationPassCallback):
             return
         with trainer.precision_plugin.forward_context(), pl_module.fast_path().autocast():
             logits = pl_module.model(batch["input_ids"]).logits
-        labels, mask = batch["labels"], batch["loss_mask"].bool()
-        counts = self.table.next_base_counts(labels).to(labels.device)
-        mixed, _ = mixture_log_likelihood(torch.log_softmax(logits.float(), -1), labels, counts,
-                                          self.switch, self.smoothing)
-        repeats = mask & (counts.sum(-1) > 0)
+        _, mixed, opinion = score_batch(self.table, torch.log_softmax(logits.float(), -1), batch["labels"],
+                                        self.switch, self.smoothing)
+        mask = batch["loss_mask"].bool()
+        repeats = mask & opinion
         self._sums[stage].append(torch.stack([-mixed[mask].double().sum(), mask.sum().double(),
                                               repeats.sum().double()]))
 

@@ -22,7 +22,7 @@ from biomoe.baseline import training_sequences
 from biomoe.data import GenomeDataModule
 from biomoe.losses import LN2
 from biomoe.markov import MAX_ORDER, MarkovModel
-from biomoe.repeats import RepeatTable, check_settings, default_k, mixture_log_likelihood
+from biomoe.repeats import RepeatTable, check_settings, fit_on_training_split, score_batch
 
 
 def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, switch: float,
@@ -35,13 +35,10 @@ def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, swit
     windows: list[dict] = []
     dataset = datamodule.val_dataset
     for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False):
-        labels, mask = batch["labels"], batch["loss_mask"].bool()
         log_probs = base_log_probs(batch)
-        counts = table.next_base_counts(labels).to(log_probs.device)
-        labels, mask = labels.to(log_probs.device), mask.to(log_probs.device)
-        base_ll = log_probs.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
-        mixed_ll, _ = mixture_log_likelihood(log_probs, labels, counts, switch, smoothing)
-        repeat = mask & (counts.sum(-1) > 0)
+        base_ll, mixed_ll, opinion = score_batch(table, log_probs, batch["labels"], switch, smoothing)
+        mask = batch["loss_mask"].bool().to(log_probs.device)
+        repeat = mask & opinion
         sums["base"] -= float(base_ll[mask].double().sum())
         sums["mixed"] -= float(mixed_ll[mask].double().sum())
         sums["base_on_repeats"] -= float(base_ll[repeat].double().sum())
@@ -53,7 +50,7 @@ def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, swit
             alone = (-(base_ll * mask).sum(-1) / n / LN2).tolist()
             mixed = (-(mixed_ll * mask).sum(-1) / n / LN2).tolist()
             share = (repeat.sum(-1) / n).tolist()
-            for row in range(labels.shape[0]):
+            for row in range(mask.shape[0]):
                 contig, start, _ = dataset.window(len(windows))
                 windows.append({"contig": contig, "start": start, "bases": int(mask[row].sum()),
                                 "alone": alone[row], "mixed": mixed[row], "repeat_fraction": share[row]})
@@ -111,9 +108,8 @@ def main(argv: list[str]) -> int:
     dm.setup("validate")
     if dm.val_dataset is None:
         parser.error("validation is disabled (val_fraction=0 and no val_contigs)")
-    training_bases = sum(int(ids.size) for ids in training_sequences(dm))
-    k = args.k or default_k(training_bases)
-    table = RepeatTable.fit(training_sequences(dm), k)
+    table = fit_on_training_split(dm, args.k)
+    k = table.k
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if args.ckpt is not None:
         base, base_name = checkpoint_log_probs(args.ckpt, device), args.ckpt
@@ -121,7 +117,7 @@ def main(argv: list[str]) -> int:
         base, base_name = markov_log_probs(dm, args.markov_order), f"order-{args.markov_order} Markov"
     result = score(dm, base, table, args.switch, args.smoothing, args.batch_size, per_window=args.plot is not None)
     result.update(base=base_name, k=k, switch=args.switch, smoothing=args.smoothing,
-                  training_bases=training_bases, table_entries=len(table), fasta=args.fasta,
+                  training_bases=table.training_bases, table_entries=len(table), fasta=args.fasta,
                   seq_length=args.seq_length, seconds=time.perf_counter() - start)
     print(f"{base_name} on {result['positions']:,} held-out bases of {', '.join(args.fasta)}: "
           f"{result['base_bits_per_base']:.4f} bits/base alone, {result['mixed_bits_per_base']:.4f} "

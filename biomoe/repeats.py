@@ -30,7 +30,8 @@ from biomoe.config import ConfigError
 from biomoe.markov import base_codes
 from biomoe.tokenizer import A_ID, T_ID
 
-__all__ = ["RepeatTable", "check_settings", "default_k", "mixture_log_likelihood"]
+__all__ = ["RepeatTable", "check_settings", "default_k", "fit_on_training_split", "mixture_log_likelihood",
+           "score_batch"]
 
 MAX_K = 31  # 2 bits per base of context plus the next base in one int64
 MAX_TRAINING_BASES = 500_000_000  # ~16 GB of table: beyond that a k-mer table is the wrong tool
@@ -71,8 +72,8 @@ class RepeatTable:
     """Counts of the next base after every k-mer of the training sequences (and their reverse
     complements), stored as one sorted array of ``context * 4 + base`` keys and their counts."""
 
-    def __init__(self, k: int, keys: np.ndarray, counts: np.ndarray) -> None:
-        self.k, self.keys, self.counts = int(k), keys, counts
+    def __init__(self, k: int, keys: np.ndarray, counts: np.ndarray, training_bases: int = 0) -> None:
+        self.k, self.keys, self.counts, self.training_bases = int(k), keys, counts, int(training_bases)
 
     @classmethod
     def fit(cls, sequences: Iterable[np.ndarray], k: int, reverse_complement: bool = True) -> "RepeatTable":
@@ -94,7 +95,7 @@ class RepeatTable:
                 parts.append(ctx[keep] * 4 + c[positions[keep]])
         keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         unique, counts = np.unique(keys, return_counts=True)
-        return cls(k, unique, counts.astype(np.float32))
+        return cls(k, unique, counts.astype(np.float32), bases)
 
     def __len__(self) -> int:
         return int(self.keys.size)
@@ -164,3 +165,26 @@ def mixture_log_likelihood(log_probs: Tensor, labels: Tensor, counts: Tensor, sw
     mixed = torch.from_numpy(mixed_np).to(base_ll.device, torch.float32)
     weights_before = torch.from_numpy(weights_np).to(base_ll.device, torch.float32)
     return mixed, weights_before
+
+
+def fit_on_training_split(datamodule, k: int | None = None) -> RepeatTable:
+    """The table of a set-up :class:`~biomoe.data.GenomeDataModule`'s training regions (the same
+    split its validation uses, so no held-out base goes in); ``k`` None is :func:`default_k` of the
+    split's length, read from the region bounds without fetching the sequence twice."""
+    from biomoe.baseline import training_sequences
+    from biomoe.data import split_regions
+
+    train, _ = split_regions(datamodule.genome, datamodule.val_contigs, datamodule.val_fraction)
+    k = k or default_k(sum(hi - lo for _, lo, hi in train))
+    return RepeatTable.fit(training_sequences(datamodule), k)
+
+
+def score_batch(table: RepeatTable, log_probs: Tensor, labels: Tensor, switch: float,
+                smoothing: float) -> tuple[Tensor, Tensor, Tensor]:
+    """One evaluation batch: per-position log-likelihood under the base model alone and mixed with
+    the expert, and where the expert had an opinion (a training k-mer precedes the position)."""
+    labels = labels.to(log_probs.device)
+    counts = table.next_base_counts(labels)
+    base_ll = log_probs.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
+    mixed_ll, _ = mixture_log_likelihood(log_probs, labels, counts, switch, smoothing)
+    return base_ll, mixed_ll, counts.sum(-1) > 0
