@@ -61,3 +61,13 @@ def cache_dir(tmp_path: Path) -> Path:
     path = tmp_path / "cache"
     path.mkdir()
     return path
+
+
+def save_checkpoint(path: Path, model, cfg) -> Path:
+    """``model`` saved as ``cli.py fit`` would (``model.``-prefixed weights, the config as a
+    hyper-parameter), so ``biomoe.inference.load_model`` and the CLI commands read it."""
+    import torch
+
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                "hyper_parameters": {"config": cfg}}, path)
+    return path

@@ -16,6 +16,7 @@ from biomoe.config import ConfigError, ModelConfig  # noqa: E402
 from biomoe.hf_export import export_hf, import_hf  # noqa: E402
 from biomoe.inference import load_model  # noqa: E402
 from biomoe.model import MoETransformer  # noqa: E402
+from conftest import save_checkpoint  # noqa: E402
 
 
 def write_ckpt(path: Path, cfg: ModelConfig, seed: int = 0, bias: bool = False) -> MoETransformer:
@@ -27,8 +28,7 @@ def write_ckpt(path: Path, cfg: ModelConfig, seed: int = 0, bias: bool = False) 
                 p.uniform_(0.5, 1.5)
         if bias:
             model.moe_layers()[0].router.expert_bias[0] = 0.1
-    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-                "hyper_parameters": {"config": cfg}}, path)
+    save_checkpoint(path, model, cfg)
     return model.eval()
 
 

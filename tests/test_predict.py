@@ -17,7 +17,7 @@ from biomoe.losses import masked_cross_entropy_sum
 from biomoe.model import MoETransformer
 from biomoe.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.variants import Variant, score_variants
-from conftest import random_dna
+from conftest import random_dna, save_checkpoint
 
 TOK = NucleotideTokenizer()
 
@@ -28,10 +28,7 @@ def ckpt(tmp_path):
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
                       ffn_hidden_size=32, init_std=0.3)  # large init: outputs depend visibly on context
     model = MoETransformer(cfg)
-    path = tmp_path / "tiny.ckpt"
-    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-                "hyper_parameters": {"config": cfg}}, path)
-    return path
+    return save_checkpoint(tmp_path / "tiny.ckpt", model, cfg)
 
 
 def test_per_base_scores_match_the_training_loss_and_are_causal(ckpt):

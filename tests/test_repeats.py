@@ -13,7 +13,7 @@ from biomoe.config import ModelConfig
 from biomoe.model import MoETransformer
 from biomoe.repeats import RepeatTable, default_k, mixture_log_likelihood
 from biomoe.tokenizer import A_ID, NucleotideTokenizer
-from conftest import random_dna
+from conftest import random_dna, save_checkpoint
 
 TOK = NucleotideTokenizer()
 
@@ -105,9 +105,7 @@ def test_repeat_mix_cli_with_markov_and_checkpoint(write_fasta, tmp_path, capsys
     torch.manual_seed(0)
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
                       ffn_hidden_size=32)
-    ckpt = tmp_path / "tiny.ckpt"
-    torch.save({"state_dict": {f"model.{k}": v for k, v in MoETransformer(cfg).state_dict().items()},
-                "hyper_parameters": {"config": cfg}}, ckpt)
+    ckpt = save_checkpoint(tmp_path / "tiny.ckpt", MoETransformer(cfg), cfg)
     out = tmp_path / "ckpt.json"
     assert main(["repeat-mix", str(fasta), "--seq-length", "256", "--val-fraction", "0.15",
                  "--ckpt", str(ckpt), "--json", str(out)]) == 0
