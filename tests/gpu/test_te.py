@@ -11,7 +11,6 @@ Error metric throughout: relative error ‖a − b‖ / ‖b‖ over the whole t
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -399,8 +398,7 @@ def test_repeat_mixture_callback_on_gpu_matches_the_scorer(tmp_path):
     from biomoe.module import BioMoEModule
     from biomoe.repeat_metric import RepeatMixture
     from biomoe.repeat_score import score
-    def random_dna(n: int, seed: int) -> str:
-        return "".join(np.random.default_rng(seed).choice(list("ACGT"), n))
+    from conftest import random_dna
 
     unit = random_dna(400, 1)
     path = tmp_path / "g.fa"
