@@ -10,6 +10,10 @@ are predicted with little context. Outputs:
 
 * ``OUT.tsv``: contig, length, scored_bases (A/C/G/T), log_likelihood (nats), bits_per_base;
 * ``OUT.npz`` (``--per-base``): one float32 array of per-base log p (nats, NaN at non-ACGT) per contig.
+
+``--repeat-expert`` scores with the network mixed with the repeat expert (:mod:`biomoe.repeats`),
+the model whose held-out bits/base ``RepeatMixture`` logs: its table is fitted on the training split
+the checkpoint records (or on ``--repeat-fasta`` files), and mixing stays causal within each window.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome
 from biomoe.inference import load_model, sequence_log_likelihood
 from biomoe.model import MoETransformer
+from biomoe.repeats import RepeatExpert
+from biomoe.tokenizer import NucleotideTokenizer
 
 __all__ = ["score_genome", "main", "positive_int", "write_output"]
 
@@ -54,14 +60,18 @@ def write_output(path: Path, write: Callable[[Path], None]) -> None:
         raise GenomeInputError(path, f"cannot write output ({detail})") from None
 
 
-def score_genome(model: MoETransformer, genome: Genome, window: int = 1024,
-                 batch_size: int = 8) -> dict[str, np.ndarray]:
-    """Per-base log-likelihood (nats) for every contig, window by window."""
+def score_genome(model: MoETransformer, genome: Genome, window: int = 1024, batch_size: int = 8,
+                 repeat: RepeatExpert | None = None) -> dict[str, np.ndarray]:
+    """Per-base log-likelihood (nats) for every contig, window by window; with ``repeat``, of the
+    network mixed with that repeat expert."""
+    tokenizer = NucleotideTokenizer()
     result: dict[str, np.ndarray] = {}
     for info in genome.contigs:
         starts = range(0, info.length, window)
-        pieces = [genome.fetch(info.name, s, min(s + window, info.length)) for s in starts]
+        pieces = [tokenizer.encode(genome.fetch(info.name, s, min(s + window, info.length))) for s in starts]
         scores = sequence_log_likelihood(model, pieces, batch_size=batch_size)
+        if repeat is not None:
+            scores = [repeat.mix(ll, ids) for ll, ids in zip(scores, pieces)]
         result[info.name] = np.concatenate(scores) if scores else np.zeros(0, dtype=np.float32)
     return result
 
@@ -86,10 +96,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=positive_int, default=8)
     parser.add_argument("--per-base", action="store_true", help="also write per-base scores to OUT.npz")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--repeat-expert", action="store_true",
+                        help="mix the network with the repeat expert fitted on the checkpoint's training split")
+    parser.add_argument("--repeat-fasta", nargs="+", default=None,
+                        help="fit the repeat expert on all of these files instead (implies --repeat-expert)")
     args = parser.parse_args(argv)
     genome = Genome(args.fasta)
     model = load_model(args.ckpt).to(args.device)
-    per_base = score_genome(model, genome, args.window, args.batch_size)
+    repeat = None
+    if args.repeat_expert or args.repeat_fasta:
+        from biomoe.repeat_score import expert_for_checkpoint
+
+        repeat = expert_for_checkpoint(args.ckpt, args.repeat_fasta)
+        print(f"repeat expert: {len(repeat.table):,} k-mer entries (k={repeat.table.k}) from "
+              f"{repeat.table.training_bases:,} training bases")
+    per_base = score_genome(model, genome, args.window, args.batch_size, repeat)
     tsv = args.out.with_suffix(".tsv")
 
     def write_tsv(target: Path) -> None:

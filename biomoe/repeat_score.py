@@ -22,7 +22,10 @@ from biomoe.baseline import training_sequences
 from biomoe.data import GenomeDataModule
 from biomoe.losses import LN2
 from biomoe.markov import MAX_ORDER, MarkovModel
-from biomoe.repeats import RepeatTable, check_settings, fit_on_training_split, score_batch
+from biomoe.errors import GenomeInputError
+from biomoe.fasta import Genome
+from biomoe.repeats import RepeatExpert, RepeatTable, check_settings, fit_on_split, fit_on_training_split, score_batch
+from biomoe.tokenizer import NucleotideTokenizer
 
 
 def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, switch: float,
@@ -62,6 +65,29 @@ def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, swit
     if per_window:
         result["windows"] = windows
     return result
+
+
+def expert_for_checkpoint(ckpt: str, fasta: list[str] | None = None, k: int | None = None,
+                          switch: float = 0.003, smoothing: float = 0.005) -> RepeatExpert:
+    """The repeat expert a checkpoint's scores are mixed with. Without ``fasta``: fitted on the
+    training split the checkpoint was trained on (FASTA paths and split settings as ``fit`` saved
+    them), the same table ``RepeatMixture`` and ``repeat-mix`` use. With ``fasta``: fitted on all
+    of those files (for a checkpoint whose training files moved, or any reference of your choice)."""
+    check_settings(k, switch, smoothing)
+    if fasta:
+        return RepeatExpert(fit_on_split(Genome(fasta), None, 0.0, k), switch, smoothing)
+    saved = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True).get("datamodule_hyper_parameters")
+    if not saved or not saved.get("fasta"):
+        raise GenomeInputError(ckpt, "records no training FASTA for the repeat expert; "
+                                     "give the training sequences with --repeat-fasta")
+    try:
+        genome = Genome(saved["fasta"], cache_dir=saved.get("cache_dir"))
+    except GenomeInputError as exc:
+        raise GenomeInputError(exc.path, f"{exc.problem} (training FASTA recorded in {ckpt}, needed for the "
+                                         "repeat expert; give it with --repeat-fasta)") from None
+    tokenizer = NucleotideTokenizer(fold_lowercase=saved.get("fold_lowercase", True))
+    table = fit_on_split(genome, saved.get("val_contigs"), saved.get("val_fraction", 0.1), k, tokenizer)
+    return RepeatExpert(table, switch, smoothing)
 
 
 def checkpoint_log_probs(path: str, device: torch.device):

@@ -28,10 +28,10 @@ from torch import Tensor
 
 from biomoe.config import ConfigError
 from biomoe.markov import base_codes
-from biomoe.tokenizer import A_ID, T_ID
+from biomoe.tokenizer import A_ID, T_ID, NucleotideTokenizer
 
-__all__ = ["RepeatTable", "check_settings", "default_k", "fit_on_training_split", "mixture_log_likelihood",
-           "score_batch"]
+__all__ = ["RepeatExpert", "RepeatTable", "check_settings", "default_k", "fit_on_split", "fit_on_training_split", "mix_log_likelihood",
+           "mixture_log_likelihood", "score_batch"]
 
 MAX_K = 31  # 2 bits per base of context plus the next base in one int64
 MAX_TRAINING_BASES = 500_000_000  # ~16 GB of table: beyond that a k-mer table is the wrong tool
@@ -122,13 +122,21 @@ class RepeatTable:
 
 def mixture_log_likelihood(log_probs: Tensor, labels: Tensor, counts: Tensor, switch: float = 0.003,
                            smoothing: float = 0.005, prior: float = 0.5) -> tuple[Tensor, Tensor]:
+    """:func:`mix_log_likelihood` of a base model given as ``[B, T, V]`` normalised log-probabilities."""
+    base_ll = log_probs.float().gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
+    return mix_log_likelihood(base_ll, labels, counts, switch, smoothing, prior)
+
+
+def mix_log_likelihood(base_ll: Tensor, labels: Tensor, counts: Tensor, switch: float = 0.003,
+                       smoothing: float = 0.005, prior: float = 0.5) -> tuple[Tensor, Tensor]:
     """Per-position log-likelihood of ``labels`` under a causal mixture of a base model and the
     repeat expert, and the repeat expert's weight at each position (before seeing it).
 
-    ``log_probs``: ``[B, T, V]`` normalised log-probabilities of the base model. ``counts``:
-    :meth:`RepeatTable.next_base_counts`. The expert predicts ``(count + smoothing) / (total +
-    4·smoothing)`` where it has counts and defers to the base model (same probability, so no
-    weight moves) where it has none. After each base the weights take their Bayesian posterior,
+    ``base_ll``: ``[B, T]`` the base model's log-probability of each label (only the label's is
+    needed, so per-base scores from :func:`~biomoe.inference.sequence_log_likelihood` work too).
+    ``counts``: :meth:`RepeatTable.next_base_counts`. The expert predicts ``(count + smoothing) /
+    (total + 4·smoothing)`` where it has counts and defers to the base model (same probability, so
+    no weight moves) where it has none. After each base the weights take their Bayesian posterior,
     then a fixed share ``switch`` moves between the two, so the mixture can hand over at the start
     and end of a repeat copy. Positions whose label is not A/C/G/T leave the weights alone.
     The defaults (switch 0.003, smoothing 0.005) are the best of a grid scored inside E. coli's
@@ -137,7 +145,7 @@ def mixture_log_likelihood(log_probs: Tensor, labels: Tensor, counts: Tensor, sw
     check_settings(None, switch, smoothing)
     if not 0.0 < prior < 1.0:
         raise ConfigError(f"repeat expert: prior must be in (0, 1), got {prior}")
-    base_ll = log_probs.float().gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
+    base_ll = base_ll.float()
     is_base = (labels >= A_ID) & (labels <= T_ID)
     base_idx = torch.where(is_base, labels - A_ID, torch.zeros_like(labels)).long()
     counts = counts.float()
@@ -153,7 +161,7 @@ def mixture_log_likelihood(log_probs: Tensor, labels: Tensor, counts: Tensor, sw
     weight = np.full(base_np.shape[:-1], float(prior))
     weights_np = np.empty_like(base_np)
     mixed_np = np.empty_like(base_np)
-    with np.errstate(divide="ignore"):  # log(0) = -inf for a base the expert rules out is intended
+    with np.errstate(divide="ignore", invalid="ignore"):  # log(0) = -inf for a ruled-out base is intended
         for t in range(base_np.shape[-1]):
             w = np.clip(weight, 1e-12, 1 - 1e-12)
             weights_np[..., t] = w
@@ -167,16 +175,23 @@ def mixture_log_likelihood(log_probs: Tensor, labels: Tensor, counts: Tensor, sw
     return mixed, weights_before
 
 
-def fit_on_training_split(datamodule, k: int | None = None) -> RepeatTable:
-    """The table of a set-up :class:`~biomoe.data.GenomeDataModule`'s training regions (the same
-    split its validation uses, so no held-out base goes in); ``k`` None is :func:`default_k` of the
-    split's length, read from the region bounds without fetching the sequence twice."""
-    from biomoe.baseline import training_sequences
+def fit_on_split(genome, val_contigs: list[str] | None, val_fraction: float, k: int | None = None,
+                 tokenizer: NucleotideTokenizer | None = None) -> RepeatTable:
+    """The table of a :class:`~biomoe.fasta.Genome`'s training regions under the datamodule's split
+    rule (:func:`~biomoe.data.split_regions`; ``val_fraction`` 0 and no ``val_contigs``: all of it).
+    ``k`` None is :func:`default_k` of the training length, read from the region bounds."""
     from biomoe.data import split_regions
 
-    train, _ = split_regions(datamodule.genome, datamodule.val_contigs, datamodule.val_fraction)
+    train, _ = split_regions(genome, val_contigs, val_fraction)
     k = k or default_k(sum(hi - lo for _, lo, hi in train))
-    return RepeatTable.fit(training_sequences(datamodule), k)
+    tokenizer = tokenizer or NucleotideTokenizer()
+    return RepeatTable.fit((tokenizer.encode(genome.fetch(contig, lo, hi)) for contig, lo, hi in train), k)
+
+
+def fit_on_training_split(datamodule, k: int | None = None) -> RepeatTable:
+    """The table of a set-up :class:`~biomoe.data.GenomeDataModule`'s training regions (the same
+    split its validation uses, so no held-out base goes in)."""
+    return fit_on_split(datamodule.genome, datamodule.val_contigs, datamodule.val_fraction, k, datamodule.tokenizer)
 
 
 def score_batch(table: RepeatTable, log_probs: Tensor, labels: Tensor, switch: float,
@@ -188,3 +203,22 @@ def score_batch(table: RepeatTable, log_probs: Tensor, labels: Tensor, switch: f
     base_ll = log_probs.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
     mixed_ll, _ = mixture_log_likelihood(log_probs, labels, counts, switch, smoothing)
     return base_ll, mixed_ll, counts.sum(-1) > 0
+
+
+class RepeatExpert:
+    """A fitted table with its mixing settings: turns a base model's per-base scores of whole
+    sequences into the mixture's (for ``score-fasta --repeat-expert``)."""
+
+    def __init__(self, table: RepeatTable, switch: float = 0.003, smoothing: float = 0.005) -> None:
+        check_settings(None, switch, smoothing)
+        self.table, self.switch, self.smoothing = table, switch, smoothing
+
+    def mix(self, base_ll: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """``base_ll``: per-base log p (nats, NaN where the base is not A/C/G/T) of the token ids
+        ``ids`` of one window, scored from the window's start; returns the mixture's, same shape."""
+        labels = torch.from_numpy(np.asarray(ids, dtype=np.int64))[None]
+        counts = self.table.next_base_counts(labels)
+        mixed, _ = mix_log_likelihood(torch.from_numpy(np.asarray(base_ll, np.float32))[None], labels, counts,
+                                      self.switch, self.smoothing)
+        out = mixed[0].numpy()
+        return np.where(np.isnan(base_ll), np.float32("nan"), out).astype(np.float32)

@@ -63,11 +63,15 @@ def cache_dir(tmp_path: Path) -> Path:
     return path
 
 
-def save_checkpoint(path: Path, model, cfg) -> Path:
+def save_checkpoint(path: Path, model, cfg, data: dict | None = None) -> Path:
     """``model`` saved as ``cli.py fit`` would (``model.``-prefixed weights, the config as a
-    hyper-parameter), so ``biomoe.inference.load_model`` and the CLI commands read it."""
+    hyper-parameter, and ``data``, if given, as the datamodule's hyper-parameters), so
+    ``biomoe.inference.load_model`` and the CLI commands read it."""
     import torch
 
-    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-                "hyper_parameters": {"config": cfg}}, path)
+    ckpt = {"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+            "hyper_parameters": {"config": cfg}}
+    if data is not None:
+        ckpt["datamodule_hyper_parameters"] = data
+    torch.save(ckpt, path)
     return path

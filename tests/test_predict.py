@@ -175,3 +175,50 @@ def test_unwritable_output_is_one_line(ckpt, write_fasta, tmp_path, capsys):
     assert cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(blocker / "s")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot write output" in err
+
+
+def _read_scores(prefix):
+    rows = [line.split("\t") for line in prefix.with_suffix(".tsv").read_text().splitlines()[1:]]
+    return {r[0]: float(r[4]) for r in rows}, np.load(prefix.with_suffix(".npz"))
+
+
+def test_score_fasta_with_the_repeat_expert_uses_only_the_checkpoints_training_split(write_fasta, tmp_path):
+    """A copy of a training stretch becomes nearly certain; sequence the table never saw (novel, or
+    from the held-out 10 % of the training genome) keeps exactly the network's scores."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
+                      ffn_hidden_size=32)
+    genome = random_dna(4000, seed=11)
+    train_fa = write_fasta({"chr": genome}, name="train.fa")
+    ckpt = save_checkpoint(tmp_path / "m.ckpt", MoETransformer(cfg), cfg,
+                           data={"fasta": [str(train_fa)], "val_fraction": 0.1, "val_contigs": None})
+    query = write_fasta({"copy": genome[1000:1600], "novel": random_dna(600, seed=12),
+                         "heldout": genome[3700:4000]}, name="query.fa")
+    base = [str(ckpt), str(query), "--window", "256", "--per-base"]
+    assert cli_main(["score-fasta", *base, "--out", str(tmp_path / "alone")]) == 0
+    assert cli_main(["score-fasta", *base, "--out", str(tmp_path / "mixed"), "--repeat-expert"]) == 0
+    alone, alone_ll = _read_scores(tmp_path / "alone")
+    mixed, mixed_ll = _read_scores(tmp_path / "mixed")
+    assert alone["copy"] > 1.5 and mixed["copy"] < 0.5 * alone["copy"]
+    for name in ("novel", "heldout"):
+        np.testing.assert_allclose(mixed_ll[name], alone_ll[name], rtol=1e-5, atol=1e-6)
+    # The first k bases of each window have no context for the expert: unchanged there too.
+    np.testing.assert_allclose(mixed_ll["copy"][:10], alone_ll["copy"][:10], rtol=1e-5)
+    # The same table from the training file given explicitly, whole: the held-out stretch is now known.
+    assert cli_main(["score-fasta", *base, "--out", str(tmp_path / "whole"), "--repeat-fasta", str(train_fa)]) == 0
+    whole, _ = _read_scores(tmp_path / "whole")
+    assert whole["heldout"] < 0.5 * alone["heldout"] and whole["novel"] == pytest.approx(alone["novel"], rel=1e-5)
+
+
+def test_repeat_expert_without_training_fasta_is_a_one_line_error(ckpt, write_fasta, tmp_path, capsys):
+    fasta = write_fasta({"chr": random_dna(300, seed=5)})
+    assert cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(tmp_path / "s"), "--repeat-expert"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "records no training FASTA" in err and str(ckpt) in err
+    moved = save_checkpoint(tmp_path / "moved.ckpt", load_model(ckpt), ModelConfig(
+        hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2, ffn_hidden_size=32),
+        data={"fasta": [str(tmp_path / "gone.fa")], "val_fraction": 0.1})
+    assert cli_main(["score-fasta", str(moved), str(fasta), "--out", str(tmp_path / "s"), "--repeat-expert"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "gone.fa" in err and "--repeat-fasta" in err
+    assert not (tmp_path / "s.tsv").exists()
