@@ -63,13 +63,15 @@ def _zoom_past_first_drop(ax, series: dict[str, list[tuple[int, float]]]) -> Non
         ax.set_ylim(low - pad, high + pad)
 
 
-def plot_validation_comparison(runs: dict[str, str | Path], out_path: str | Path,
+def plot_validation_comparison(runs: dict[str, str | Path | tuple[str | Path, str]], out_path: str | Path,
                                references: dict[str, float] | None = None,
                                metric: str = "val/bits_per_base",
                                title: str = "Held-out bits per base") -> Path | None:
-    """One line per run (``label -> metrics.csv``) of ``metric`` over steps, with horizontal
-    reference lines (e.g. a Markov baseline or a published number). Comparing several runs on
-    one axis is where over-fitting (a curve that turns up) is seen at a glance."""
+    """One line per run (``label -> metrics.csv``, or ``label -> (metrics.csv, metric)`` to plot
+    another column of a run, e.g. the same network with the repeat expert) of ``metric`` over steps,
+    with horizontal reference lines (e.g. a Markov baseline or a published number). Comparing several
+    runs on one axis is where over-fitting (a curve that turns up) is seen at a glance."""
+    runs = {label: run if isinstance(run, tuple) else (run, metric) for label, run in runs.items()}
     try:
         import matplotlib
 
@@ -77,10 +79,10 @@ def plot_validation_comparison(runs: dict[str, str | Path], out_path: str | Path
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    series = {label: read_metrics(csv_path).get(metric, []) for label, csv_path in runs.items()}
+    series = {label: read_metrics(csv_path).get(column, []) for label, (csv_path, column) in runs.items()}
     for label, points in series.items():
         if not points:
-            raise ValueError(f"{runs[label]}: no {metric!r} values to plot")
+            raise ValueError(f"{runs[label][0]}: no {runs[label][1]!r} values to plot")
     fig, ax = plt.subplots(figsize=(13, 5))
     plotted: list[float] = []
     for label, points in series.items():
@@ -96,7 +98,8 @@ def plot_validation_comparison(runs: dict[str, str | Path], out_path: str | Path
         low, high = min(plotted), max(plotted)
         pad = 0.05 * (high - low or 1.0)
         ax.set_ylim(low - pad, high + pad)
-    ax.set(xlabel="step", ylabel=metric, title=title)
+    ax.set(xlabel="step", ylabel="held-out bits/base" if len({c for _, c in runs.values()}) > 1 else metric,
+           title=title)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: curves stay visible
     fig.tight_layout()
     out_path = Path(out_path)

@@ -26,3 +26,13 @@ def test_run_without_the_metric_is_refused(tmp_path):
     empty.write_text("epoch,step,train/loss\n0,10,3.0\n")
     with pytest.raises(ValueError, match="empty.csv"):
         plot_validation_comparison({"x": empty}, tmp_path / "cmp.png")
+
+
+def test_one_run_can_give_several_columns(tmp_path):
+    """``label -> (csv, column)`` plots another metric of the same run (network alone and mixed);
+    a column the run does not have is named in the error."""
+    a = write_metrics(tmp_path / "a.csv", [1.95, 1.90, 1.88])
+    out = plot_validation_comparison({"alone": a, "loss": (a, "train/loss")}, tmp_path / "two.png")
+    assert out.exists()
+    with pytest.raises(ValueError, match="val/repeat_mix_bits_per_base"):
+        plot_validation_comparison({"mixed": (a, "val/repeat_mix_bits_per_base")}, tmp_path / "bad.png")

@@ -1,4 +1,4 @@
-"""Redraw results/quality/validation.png and validation-variants.png from the committed metrics
+"""Redraw results/quality/validation*.png from the committed metrics
 (run from the repo root):
     python results/quality/make_figure.py
 """
@@ -32,6 +32,11 @@ MUTATION = {  # device calls J, K and L: input-base mutation (data.mutation_prob
     "v9: v3 + 5 % input mutation, 2,600 steps": "variants-run/ecoli-v9-wide768-mut5",
     "v12: v3 + 10 % input mutation, 2,300 steps": "variants-run/ecoli-v12-wide768-mut10",
 }
+REPEAT_MIX = {  # device call N: the shipped `cli.py fit --config configs/ecoli-mutation.yaml`
+    "ecoli-mutation network alone": ("ecoli-mutation/runs/version_0/metrics.csv", "val/bits_per_base"),
+    "same network mixed with the repeat expert": ("ecoli-mutation/runs/version_0/metrics.csv",
+                                                  "val/repeat_mix_bits_per_base"),
+}
 REFERENCES = {"transformers Mixtral, 5 min (issue #6)": 1.853, "order-7 Markov (best k)": 1.9358,
               "target": 1.80}
 
@@ -43,6 +48,11 @@ if __name__ == "__main__":
     out = plot_validation_comparison({label: HERE / run / "metrics.csv" for label, run in VARIANTS.items()},
                                      HERE / "validation-variants.png", REFERENCES,
                                      title="E. coli 536 held out: regularisation variants (one H200 each)")
+    print(out)
+    out = plot_validation_comparison({label: (HERE / path, column) for label, (path, column) in REPEAT_MIX.items()},
+                                     HERE / "validation-repeat-mix.png", REFERENCES,
+                                     title="E. coli 536 held out: configs/ecoli-mutation.yaml, "
+                                           "network alone and with the repeat expert (one H200)")
     print(out)
     runs = {label: HERE / run / "metrics.csv" for label, run in MUTATION.items()}
     out = plot_validation_comparison({k: v for k, v in runs.items() if v.exists()},
