@@ -14,6 +14,8 @@ are predicted with little context. Outputs:
 ``--repeat-expert`` scores with the network mixed with the repeat expert (:mod:`biomoe.repeats`),
 the model whose held-out bits/base ``RepeatMixture`` logs: its table is fitted on the training split
 the checkpoint records (or on ``--repeat-fasta`` files), and mixing stays causal within each window.
+Sequence that is in the table (the training genome itself) scores near 0 bits/base: that measures
+the table's memory, not the model, so score held-out or new sequence with it.
 """
 
 from __future__ import annotations
