@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -113,6 +114,9 @@ def main(argv: list[str]) -> int:
         print(f"repeat expert: {len(repeat.table):,} k-mer entries (k={repeat.table.k}) from "
               f"{repeat.table.training_bases:,} training bases")
     per_base = score_genome(model, genome, args.window, args.batch_size, repeat)
+    if repeat is not None and repeat.covered_fraction > 0.5:
+        print(f"biomoe: warning: {repeat.covered_fraction:.0%} of the scored bases follow a k-mer of the repeat "
+              "expert's training sequence: these scores measure its memory, not the model", file=sys.stderr)
     tsv = args.out.with_suffix(".tsv")
 
     def write_tsv(target: Path) -> None:

@@ -212,12 +212,23 @@ class RepeatExpert:
     def __init__(self, table: RepeatTable, switch: float = 0.003, smoothing: float = 0.005) -> None:
         check_settings(None, switch, smoothing)
         self.table, self.switch, self.smoothing = table, switch, smoothing
+        self.scored_bases = 0  # A/C/G/T bases mixed so far,
+        self.covered_bases = 0  # and of those, how many follow a k-mer of the table
+
+    @property
+    def covered_fraction(self) -> float:
+        """Share of the bases mixed so far that the table had an opinion on: near 1 means the
+        scored sequence is (a copy of) the table's own training sequence."""
+        return self.covered_bases / self.scored_bases if self.scored_bases else 0.0
 
     def mix(self, base_ll: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """``base_ll``: per-base log p (nats, NaN where the base is not A/C/G/T) of the token ids
         ``ids`` of one window, scored from the window's start; returns the mixture's, same shape."""
         labels = torch.from_numpy(np.asarray(ids, dtype=np.int64))[None]
         counts = self.table.next_base_counts(labels)
+        scored = ~np.isnan(np.asarray(base_ll))
+        self.scored_bases += int(scored.sum())
+        self.covered_bases += int((counts[0].sum(-1).numpy() > 0)[scored].sum())
         mixed, _ = mix_log_likelihood(torch.from_numpy(np.asarray(base_ll, np.float32))[None], labels, counts,
                                       self.switch, self.smoothing)
         out = mixed[0].numpy()

@@ -182,7 +182,8 @@ def _read_scores(prefix):
     return {r[0]: float(r[4]) for r in rows}, np.load(prefix.with_suffix(".npz"))
 
 
-def test_score_fasta_with_the_repeat_expert_uses_only_the_checkpoints_training_split(write_fasta, tmp_path):
+def test_score_fasta_with_the_repeat_expert_uses_only_the_checkpoints_training_split(write_fasta, tmp_path,
+                                                                                     capsys):
     """A copy of a training stretch becomes nearly certain; sequence the table never saw (novel, or
     from the held-out 10 % of the training genome) keeps exactly the network's scores."""
     torch.manual_seed(0)
@@ -197,6 +198,7 @@ def test_score_fasta_with_the_repeat_expert_uses_only_the_checkpoints_training_s
     base = [str(ckpt), str(query), "--window", "256", "--per-base"]
     assert cli_main(["score-fasta", *base, "--out", str(tmp_path / "alone")]) == 0
     assert cli_main(["score-fasta", *base, "--out", str(tmp_path / "mixed"), "--repeat-expert"]) == 0
+    assert "warning" not in capsys.readouterr().err  # 37 % of the query is in the table
     alone, alone_ll = _read_scores(tmp_path / "alone")
     mixed, mixed_ll = _read_scores(tmp_path / "mixed")
     assert alone["copy"] > 1.5 and mixed["copy"] < 0.5 * alone["copy"]
@@ -206,6 +208,9 @@ def test_score_fasta_with_the_repeat_expert_uses_only_the_checkpoints_training_s
     np.testing.assert_allclose(mixed_ll["copy"][:10], alone_ll["copy"][:10], rtol=1e-5)
     # The same table from the training file given explicitly, whole: the held-out stretch is now known.
     assert cli_main(["score-fasta", *base, "--out", str(tmp_path / "whole"), "--repeat-fasta", str(train_fa)]) == 0
+    # Now both copy and heldout are in the table, all but the first k = 13 bases of each 256-base window.
+    covered = (600 - 3 * 13 + 300 - 2 * 13) / 1500
+    assert f"{covered:.0%} of the scored bases follow a k-mer" in capsys.readouterr().err
     whole, _ = _read_scores(tmp_path / "whole")
     assert whole["heldout"] < 0.5 * alone["heldout"] and whole["novel"] == pytest.approx(alone["novel"], rel=1e-5)
 
