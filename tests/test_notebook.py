@@ -51,4 +51,5 @@ def test_explore_notebook_executes(tiny_run, monkeypatch, tmp_path):
     text = "".join(o.get("text", "") for o in outputs)
     assert str(ckpt) in text  # it used the checkpoint it was given
     assert "llr" in text and "repeat_share" in text and "Markov:" in text
-    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
+    assert "mixed_bits_per_base" in text  # section 5 found the run's training FASTA and scored it
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 5
