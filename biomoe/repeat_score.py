@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import zipfile
 from pathlib import Path
 
 import torch
@@ -75,8 +76,13 @@ def expert_for_checkpoint(ckpt: str, fasta: list[str] | None = None, k: int | No
     of those files (for a checkpoint whose training files moved, or any reference of your choice)."""
     check_settings(k, switch, smoothing)
     if fasta:
-        return RepeatExpert(fit_on_split(Genome(fasta), None, 0.0, k), switch, smoothing)
-    saved = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True).get("datamodule_hyper_parameters")
+        table = fit_on_split(Genome(fasta), None, 0.0, k)
+        if not len(table):
+            raise GenomeInputError(", ".join(map(str, fasta)), f"no run of {table.k + 1} A/C/G/T bases: "
+                                                               "the repeat expert would be empty")
+        return RepeatExpert(table, switch, smoothing)
+    mmap = zipfile.is_zipfile(ckpt)  # torch can map only its zip format (not the legacy pickle)
+    saved = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=mmap).get("datamodule_hyper_parameters")
     if not saved or not saved.get("fasta"):
         raise GenomeInputError(ckpt, "records no training FASTA for the repeat expert; "
                                      "give the training sequences with --repeat-fasta")

@@ -226,4 +226,9 @@ def test_repeat_expert_without_training_fasta_is_a_one_line_error(ckpt, write_fa
     assert cli_main(["score-fasta", str(moved), str(fasta), "--out", str(tmp_path / "s"), "--repeat-expert"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "gone.fa" in err and "--repeat-fasta" in err
+    only_n = write_fasta({"gap": "N" * 500}, name="gap.fa")
+    assert cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(tmp_path / "s"), "--repeat-fasta",
+                     str(only_n)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "gap.fa" in err and "repeat expert would be empty" in err
     assert not (tmp_path / "s.tsv").exists()
