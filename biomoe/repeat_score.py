@@ -21,11 +21,12 @@ from torch.utils.data import DataLoader
 
 from biomoe.baseline import training_sequences
 from biomoe.data import GenomeDataModule
-from biomoe.losses import LN2
-from biomoe.markov import MAX_ORDER, MarkovModel
 from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome
-from biomoe.repeats import RepeatExpert, RepeatTable, check_settings, fit_on_split, fit_on_training_split, score_batch
+from biomoe.losses import LN2
+from biomoe.markov import MAX_ORDER, MarkovModel
+from biomoe.repeats import (RepeatExpert, RepeatTable, check_settings, fit_on_split, fit_on_training_split,
+                            score_batch)
 from biomoe.tokenizer import NucleotideTokenizer
 
 

@@ -30,8 +30,8 @@ from biomoe.config import ConfigError
 from biomoe.markov import base_codes
 from biomoe.tokenizer import A_ID, T_ID, NucleotideTokenizer
 
-__all__ = ["RepeatExpert", "RepeatTable", "check_settings", "default_k", "fit_on_split", "fit_on_training_split", "mix_log_likelihood",
-           "mixture_log_likelihood", "score_batch"]
+__all__ = ["RepeatExpert", "RepeatTable", "check_settings", "default_k", "fit_on_split", "fit_on_training_split",
+           "mix_log_likelihood", "mixture_log_likelihood", "score_batch"]
 
 MAX_K = 31  # 2 bits per base of context plus the next base in one int64
 MAX_TRAINING_BASES = 500_000_000  # ~16 GB of table: beyond that a k-mer table is the wrong tool
@@ -201,7 +201,7 @@ def score_batch(table: RepeatTable, log_probs: Tensor, labels: Tensor, switch: f
     labels = labels.to(log_probs.device)
     counts = table.next_base_counts(labels)
     base_ll = log_probs.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
-    mixed_ll, _ = mixture_log_likelihood(log_probs, labels, counts, switch, smoothing)
+    mixed_ll, _ = mix_log_likelihood(base_ll, labels, counts, switch, smoothing)
     return base_ll, mixed_ll, counts.sum(-1) > 0
 
 
