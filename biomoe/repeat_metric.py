@@ -32,11 +32,20 @@ class RepeatMixture(EvaluationPassCallback):
         self.table: RepeatTable | None = None
         self._sums: dict[str, list[Tensor]] = {}
 
-    def _start(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if trainer.sanity_checking or getattr(trainer.datamodule, "genome", None) is None:
-            return
-        if self.table is None:
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Fit the table before the first training step (the datamodule is set up by now), so a
+        genome too large for it stops the run at once instead of at its first validation."""
+        if stage in ("fit", "validate", "test"):
+            self._fit_table(trainer)
+
+    def _fit_table(self, trainer: L.Trainer) -> bool:
+        if self.table is None and getattr(trainer.datamodule, "genome", None) is not None:
             self.table = fit_on_training_split(trainer.datamodule, self.k)
+        return self.table is not None
+
+    def _start(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if trainer.sanity_checking or not self._fit_table(trainer):
+            return
         self._sums[stage] = []
 
     @torch.no_grad()

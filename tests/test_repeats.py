@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from biomoe.cli import main
-from biomoe.config import ModelConfig
+from biomoe.config import ConfigError, ModelConfig
 from biomoe.model import MoETransformer
 from biomoe.repeats import RepeatTable, default_k, mixture_log_likelihood
 from biomoe.tokenizer import A_ID, NucleotideTokenizer
@@ -152,6 +152,30 @@ def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
     assert weighted == pytest.approx(expected["mixed_bits_per_base"], rel=1e-5)  # windows add up
     assert metrics["val/repeat_mix_bits_per_base"] == pytest.approx(expected["mixed_bits_per_base"], rel=1e-5)
     assert metrics["val/bits_per_base"] == pytest.approx(expected["base_bits_per_base"], rel=1e-5)
+
+
+def test_callback_refuses_an_oversized_genome_before_training(write_fasta, tmp_path, monkeypatch):
+    """The table is fitted in ``setup``: a training split over the expert's limit stops ``fit``
+    before its first step, not at its first validation hours later."""
+    import lightning as L
+
+    import biomoe.repeats
+    from biomoe.config import OptimConfig
+    from biomoe.data import GenomeDataModule
+    from biomoe.module import BioMoEModule
+    from biomoe.repeat_metric import RepeatMixture
+
+    monkeypatch.setattr(biomoe.repeats, "MAX_TRAINING_BASES", 1000)
+    fasta = write_fasta({"chr": random_dna(3000, 21)})
+    dm = GenomeDataModule(fasta=str(fasta), seq_length=128, batch_size=4, cache_dir=str(tmp_path / "cache"))
+    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
+                      ffn_hidden_size=32)
+    module = BioMoEModule(cfg, OptimConfig(), log_expert_load_every_n_steps=0)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=50, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, callbacks=[RepeatMixture()])
+    with pytest.raises(ConfigError, match="would not fit in memory"):
+        trainer.fit(module, datamodule=dm)
+    assert trainer.global_step == 0
 
 
 @pytest.mark.parametrize("args, expected", [
