@@ -25,6 +25,7 @@ from biomoe.errors import GenomeInputError
 from biomoe.fasta import Genome
 from biomoe.losses import LN2
 from biomoe.markov import MAX_ORDER, MarkovModel
+from biomoe.predict import positive_int, write_output
 from biomoe.repeats import (RepeatExpert, RepeatTable, check_settings, fit_on_split, fit_on_training_split,
                             score_batch)
 from biomoe.tokenizer import NucleotideTokenizer
@@ -124,10 +125,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--k", type=int, default=None, help="repeat context length (default: log4(2N) + 6)")
     parser.add_argument("--switch", type=float, default=0.003, help="fixed-share weight moved per base")
     parser.add_argument("--smoothing", type=float, default=0.005, help="add-δ for the repeat counts")
-    parser.add_argument("--seq-length", type=int, default=1024)
+    parser.add_argument("--seq-length", type=positive_int, default=1024)
     parser.add_argument("--val-fraction", type=float, default=0.1)
     parser.add_argument("--val-contigs", nargs="*", default=None)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None,
                         help="PNG of bits/base per held-out window, alone and mixed, along the genome")
@@ -160,12 +161,12 @@ def main(argv: list[str]) -> int:
           f"bits/base there ({result['seconds']:.0f} s)")
     windows = result.pop("windows", None)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_output(args.json, lambda target: target.write_text(json.dumps(result, indent=2) + "\n"))
     if windows is not None:
         from biomoe.plots import plot_repeat_gain
 
         title = f"{base_name} alone and with the repeat expert (k={k}), held-out windows"
-        written = plot_repeat_gain(windows, args.plot, title)
-        print(f"plot: {written}" if written else "plot: skipped (matplotlib is not installed)")
+        written: list = []  # plot_repeat_gain's return value (None without matplotlib)
+        write_output(args.plot, lambda target: written.append(plot_repeat_gain(windows, target, title)))
+        print(f"plot: {written[0]}" if written[0] else "plot: skipped (matplotlib is not installed)")
     return 0

@@ -183,14 +183,27 @@ def test_callback_refuses_an_oversized_genome_before_training(write_fasta, tmp_p
     (["--switch", "2"], "repeat expert: switch must be in [0, 1], got 2.0"),
     (["--smoothing", "0"], "repeat expert: smoothing must be > 0, got 0.0"),
     (["--ckpt", "missing.ckpt"], "missing.ckpt: checkpoint not found"),
+    (["--json", "FILE/out.json"], "FILE/out.json: cannot write output (File exists: FILE)"),
 ])
-def test_repeat_mix_bad_settings_are_one_line(args, expected, capsys, tmp_path):
+def test_repeat_mix_bad_settings_are_one_line(args, expected, capsys, tmp_path, monkeypatch):
     from pathlib import Path
 
     lam = str(Path(__file__).resolve().parents[1] / "data/lambda_virus.fa.gz")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "FILE").write_text("a file where a folder is expected")
     assert main(["repeat-mix", lam, *args]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert err[-1] == f"biomoe: error: {expected}" and "Traceback" not in "\n".join(err)
+
+
+@pytest.mark.parametrize("option", ["--batch-size", "--seq-length"])
+def test_repeat_mix_rejects_non_positive_sizes(option, capsys):
+    from pathlib import Path
+
+    lam = str(Path(__file__).resolve().parents[1] / "data/lambda_virus.fa.gz")
+    with pytest.raises(SystemExit) as info:
+        main(["repeat-mix", lam, option, "0"])
+    assert info.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
 
 
 def test_callback_refuses_bad_settings():
