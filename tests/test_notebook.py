@@ -39,10 +39,28 @@ def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
     return ckpt, next(out.rglob("metrics.csv"))
 
 
-def test_explore_notebook_executes(tiny_run, monkeypatch, tmp_path):
+def write_yeast_gff(path: Path) -> Path:
+    """A made-up annotation of yeast chrI (CDS every few kb, both strands): real coordinates are not
+    bundled, and the notebook's panel only needs a GFF3 in the right shape."""
+    from biomoe.fasta import Genome
+
+    contig = Genome(ROOT / "data/yeast_chrI.fna.gz").contigs[0]
+    rows = ["##gff-version 3"]
+    for i, start in enumerate(range(1_000, contig.length - 2_000, 4_000)):
+        rows.append(f"{contig.name}\tmade-up\tCDS\t{start}\t{start + 1_499}\t.\t{'+-'[i % 2]}\t0\tID=cds{i}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("with_gff", [False, True], ids=["no-annotation", "gff"])
+def test_explore_notebook_executes(tiny_run, monkeypatch, tmp_path, with_gff):
     ckpt, metrics = tiny_run
     monkeypatch.setenv("BIOMOE_CKPT", str(ckpt))
     monkeypatch.setenv("BIOMOE_METRICS", str(metrics))
+    if with_gff:
+        monkeypatch.setenv("BIOMOE_GFF", str(write_yeast_gff(tmp_path / "chrI.gff3")))
+    else:
+        monkeypatch.delenv("BIOMOE_GFF", raising=False)
     nb = nbformat.read(ROOT / "notebooks/explore.ipynb", as_version=4)
     nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
                             resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
@@ -52,4 +70,5 @@ def test_explore_notebook_executes(tiny_run, monkeypatch, tmp_path):
     assert str(ckpt) in text  # it used the checkpoint it was given
     assert "llr" in text and "repeat_share" in text and "Markov:" in text
     assert "mixed_bits_per_base" in text  # section 5 found the run's training FASTA and scored it
+    assert ("coding_share" in text and "is coding (CDS)" in text) if with_gff else "coding vs non-coding: skipped" in text
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 5
