@@ -103,14 +103,16 @@ def main(argv: list[str]) -> int:
                         help="mix the network with the repeat expert fitted on the checkpoint's training split")
     parser.add_argument("--repeat-fasta", nargs="+", default=None,
                         help="fit the repeat expert on all of these files instead (implies --repeat-expert)")
+    parser.add_argument("--repeat-follow-copies", action="store_true",
+                        help="let the repeat expert follow copies past mismatches (implies --repeat-expert)")
     args = parser.parse_args(argv)
     genome = Genome(args.fasta)
     model = load_model(args.ckpt).to(args.device)
     repeat = None
-    if args.repeat_expert or args.repeat_fasta:
+    if args.repeat_expert or args.repeat_fasta or args.repeat_follow_copies:
         from biomoe.repeat_score import expert_for_checkpoint
 
-        repeat = expert_for_checkpoint(args.ckpt, args.repeat_fasta)
+        repeat = expert_for_checkpoint(args.ckpt, args.repeat_fasta, follow_copies=args.repeat_follow_copies)
         print(f"repeat expert: {len(repeat.table):,} k-mer entries (k={repeat.table.k}) from "
               f"{repeat.table.training_bases:,} training bases")
     per_base = score_genome(model, genome, args.window, args.batch_size, repeat)

@@ -23,12 +23,16 @@ __all__ = ["RepeatMixture"]
 
 class RepeatMixture(EvaluationPassCallback):
     """``k`` None picks :func:`~biomoe.repeats.default_k` from the training split's size;
-    ``switch`` and ``smoothing`` are :func:`~biomoe.repeats.mixture_log_likelihood`'s."""
+    ``switch`` and ``smoothing`` are :func:`~biomoe.repeats.mixture_log_likelihood`'s.
+    ``follow_copies`` also logs ``{stage}/repeat_copy_mix_bits_per_base``: the expert that follows
+    copies past mismatches (:meth:`~biomoe.repeats.RepeatTable.copy_counts`), beside the exact-match
+    number, so one run measures both."""
 
-    def __init__(self, k: int | None = None, switch: float = 0.003, smoothing: float = 0.005) -> None:
+    def __init__(self, k: int | None = None, switch: float = 0.003, smoothing: float = 0.005,
+                 follow_copies: bool = False) -> None:
         super().__init__()
         check_settings(k, switch, smoothing)
-        self.k, self.switch, self.smoothing = k, switch, smoothing
+        self.k, self.switch, self.smoothing, self.follow_copies = k, switch, smoothing, follow_copies
         self.table: RepeatTable | None = None
         self._sums: dict[str, list[Tensor]] = {}
 
@@ -55,19 +59,25 @@ class RepeatMixture(EvaluationPassCallback):
             return
         with trainer.precision_plugin.forward_context(), pl_module.fast_path().autocast():
             logits = pl_module.model(batch["input_ids"]).logits
-        _, mixed, opinion = score_batch(self.table, torch.log_softmax(logits.float(), -1), batch["labels"],
-                                        self.switch, self.smoothing)
+        log_probs = torch.log_softmax(logits.float(), -1)
+        _, mixed, opinion = score_batch(self.table, log_probs, batch["labels"], self.switch, self.smoothing)
         mask = batch["loss_mask"].bool()
-        repeats = mask & opinion
-        self._sums[stage].append(torch.stack([-mixed[mask].double().sum(), mask.sum().double(),
-                                              repeats.sum().double()]))
+        sums = [-mixed[mask].double().sum(), mask.sum().double(), (mask & opinion).sum().double()]
+        if self.follow_copies:
+            _, copy_mixed, _ = score_batch(self.table, log_probs, batch["labels"], self.switch, self.smoothing,
+                                           follow_copies=True)
+            sums.append(-copy_mixed[mask].double().sum())
+        self._sums[stage].append(torch.stack(sums))
 
     def _end(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         sums = self._sums.pop(stage, None)
         if sums is None:
             return
-        local = torch.stack(sums).sum(0) if sums else torch.zeros(3, dtype=torch.float64)
+        width = 4 if self.follow_copies else 3
+        local = torch.stack(sums).sum(0) if sums else torch.zeros(width, dtype=torch.float64)
         total = trainer.strategy.reduce(local.to(pl_module.device), reduce_op="sum")
         if float(total[1]) > 0:
             pl_module.log(f"{stage}/repeat_mix_bits_per_base", float(total[0] / total[1]) / LN2)
             pl_module.log(f"{stage}/repeat_fraction", float(total[2] / total[1]))
+            if self.follow_copies:
+                pl_module.log(f"{stage}/repeat_copy_mix_bits_per_base", float(total[3] / total[1]) / LN2)

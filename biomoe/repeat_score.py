@@ -32,7 +32,7 @@ from biomoe.tokenizer import NucleotideTokenizer
 
 
 def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, switch: float,
-          smoothing: float, batch_size: int = 64, per_window: bool = False) -> dict:
+          smoothing: float, batch_size: int = 64, per_window: bool = False, follow_copies: bool = False) -> dict:
     """Sums over the validation windows. ``base_log_probs(batch) -> [B, T, V]`` log-probabilities.
     ``per_window`` adds ``windows``: contig, start, bases scored, bits/base alone and mixed, and the
     share of bases after a training k-mer, for each validation window in order."""
@@ -42,7 +42,7 @@ def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, swit
     dataset = datamodule.val_dataset
     for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False):
         log_probs = base_log_probs(batch)
-        base_ll, mixed_ll, opinion = score_batch(table, log_probs, batch["labels"], switch, smoothing)
+        base_ll, mixed_ll, opinion = score_batch(table, log_probs, batch["labels"], switch, smoothing, follow_copies)
         mask = batch["loss_mask"].bool().to(log_probs.device)
         repeat = mask & opinion
         sums["base"] -= float(base_ll[mask].double().sum())
@@ -71,7 +71,8 @@ def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, swit
 
 
 def expert_for_checkpoint(ckpt: str, fasta: list[str] | None = None, k: int | None = None,
-                          switch: float = 0.003, smoothing: float = 0.005) -> RepeatExpert:
+                          switch: float = 0.003, smoothing: float = 0.005,
+                          follow_copies: bool = False) -> RepeatExpert:
     """The repeat expert a checkpoint's scores are mixed with. Without ``fasta``: fitted on the
     training split the checkpoint was trained on (FASTA paths and split settings as ``fit`` saved
     them), the same table ``RepeatMixture`` and ``repeat-mix`` use. With ``fasta``: fitted on all
@@ -82,7 +83,7 @@ def expert_for_checkpoint(ckpt: str, fasta: list[str] | None = None, k: int | No
         if not len(table):
             raise GenomeInputError(", ".join(map(str, fasta)), f"no run of {table.k + 1} A/C/G/T bases: "
                                                                "the repeat expert would be empty")
-        return RepeatExpert(table, switch, smoothing)
+        return RepeatExpert(table, switch, smoothing, follow_copies)
     mmap = zipfile.is_zipfile(ckpt)  # torch can map only its zip format (not the legacy pickle)
     saved = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=mmap).get("datamodule_hyper_parameters")
     if not saved or not saved.get("fasta"):
@@ -95,7 +96,7 @@ def expert_for_checkpoint(ckpt: str, fasta: list[str] | None = None, k: int | No
                                          "repeat expert; give it with --repeat-fasta)") from None
     tokenizer = NucleotideTokenizer(fold_lowercase=saved.get("fold_lowercase", True))
     table = fit_on_split(genome, saved.get("val_contigs"), saved.get("val_fraction", 0.1), k, tokenizer)
-    return RepeatExpert(table, switch, smoothing)
+    return RepeatExpert(table, switch, smoothing, follow_copies)
 
 
 def checkpoint_log_probs(path: str, device: torch.device):
@@ -125,6 +126,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--k", type=int, default=None, help="repeat context length (default: log4(2N) + 6)")
     parser.add_argument("--switch", type=float, default=0.003, help="fixed-share weight moved per base")
     parser.add_argument("--smoothing", type=float, default=0.005, help="add-δ for the repeat counts")
+    parser.add_argument("--follow-copies", action="store_true",
+                        help="keep following a copy past mismatches (XM-style copy expert)")
     parser.add_argument("--seq-length", type=positive_int, default=1024)
     parser.add_argument("--val-fraction", type=float, default=0.1)
     parser.add_argument("--val-contigs", nargs="*", default=None)
@@ -149,13 +152,15 @@ def main(argv: list[str]) -> int:
         base, base_name = checkpoint_log_probs(args.ckpt, device), args.ckpt
     else:
         base, base_name = markov_log_probs(dm, args.markov_order), f"order-{args.markov_order} Markov"
-    result = score(dm, base, table, args.switch, args.smoothing, args.batch_size, per_window=args.plot is not None)
-    result.update(base=base_name, k=k, switch=args.switch, smoothing=args.smoothing,
+    result = score(dm, base, table, args.switch, args.smoothing, args.batch_size, per_window=args.plot is not None,
+                   follow_copies=args.follow_copies)
+    result.update(base=base_name, k=k, switch=args.switch, smoothing=args.smoothing, follow_copies=args.follow_copies,
                   training_bases=table.training_bases, table_entries=len(table), fasta=args.fasta,
                   seq_length=args.seq_length, seconds=time.perf_counter() - start)
     print(f"{base_name} on {result['positions']:,} held-out bases of {', '.join(args.fasta)}: "
           f"{result['base_bits_per_base']:.4f} bits/base alone, {result['mixed_bits_per_base']:.4f} "
-          f"with the repeat expert (k={k}, switch {args.switch}, smoothing {args.smoothing}); "
+          f"with the repeat expert (k={k}, switch {args.switch}, smoothing {args.smoothing}"
+          f"{', following copies' if args.follow_copies else ''}); "
           f"{result['repeat_fraction']:.2%} of positions follow a training k-mer: "
           f"{result['base_on_repeats_bits_per_base']:.3f} -> {result['mixed_on_repeats_bits_per_base']:.3f} "
           f"bits/base there ({result['seconds']:.0f} s)")

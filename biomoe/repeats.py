@@ -12,9 +12,13 @@ models) get much of their edge from exactly this, so we add it the same way: as 
   prediction, position by position, as a two-expert Bayesian mixture with fixed-share switching:
   the weight of the repeat expert at position t depends only on bases before t in the same window,
   so the result is a proper causal conditional probability, scored like any model.
+* Optionally (``follow_copies``) the expert also keeps following a copy after a mismatch, as XM's
+  copy experts do: :meth:`RepeatTable.copy_counts`. An exact k-mer match stops for k bases after
+  every substitution; a diverged copy (a paralogue, an older IS element) then still predicts its
+  next base, with a confidence learnt from how often the copy has been right so far.
 
-Memory: two int64 arrays of up to 2·(training bases) entries, ~32 bytes per training base (0.15
-GB for a 4.4 Mb bacterium; a 3 Gb genome would need ~100 GB: use it on small genomes).
+Memory: three arrays of up to 2·(training bases) entries, ~40 bytes per training base (0.2 GB for
+a 4.4 Mb bacterium; a 3 Gb genome would need ~120 GB: use it on small genomes).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from biomoe.config import ConfigError
 from biomoe.markov import base_codes
 from biomoe.tokenizer import A_ID, T_ID, NucleotideTokenizer
 
-__all__ = ["RepeatExpert", "RepeatTable", "check_settings", "default_k", "fit_on_split", "fit_on_training_split",
+__all__ = ["RepeatExpert", "RepeatTable", "check_settings", "default_k", "expert_counts", "fit_on_split", "fit_on_training_split",
            "mix_log_likelihood", "mixture_log_likelihood", "score_batch"]
 
 MAX_K = 31  # 2 bits per base of context plus the next base in one int64
@@ -68,34 +72,45 @@ def _contexts(codes: np.ndarray, valid: np.ndarray, k: int) -> tuple[np.ndarray,
     return positions, code[ok]
 
 
+GAP = 4  # code of a separator or non-ACGT base in RepeatTable.sequence
+
+
 class RepeatTable:
     """Counts of the next base after every k-mer of the training sequences (and their reverse
-    complements), stored as one sorted array of ``context * 4 + base`` keys and their counts."""
+    complements), stored as one sorted array of ``context * 4 + base`` keys and their counts.
 
-    def __init__(self, k: int, keys: np.ndarray, counts: np.ndarray, training_bases: int = 0) -> None:
+    ``sequence`` (base codes 0..3, :data:`GAP` elsewhere) is every training strand end to end, and
+    ``positions[i]`` is where key i first occurs in it (the index of its next base): what a copy
+    is followed along (:meth:`copy_counts`)."""
+
+    def __init__(self, k: int, keys: np.ndarray, counts: np.ndarray, training_bases: int = 0,
+                 sequence: np.ndarray | None = None, positions: np.ndarray | None = None) -> None:
         self.k, self.keys, self.counts, self.training_bases = int(k), keys, counts, int(training_bases)
+        self.sequence, self.positions = sequence, positions
 
     @classmethod
     def fit(cls, sequences: Iterable[np.ndarray], k: int, reverse_complement: bool = True) -> "RepeatTable":
         """``sequences``: token-id arrays, one per training region (never held-out sequence)."""
         check_settings(k, 0.0, 1.0)
-        parts, bases = [], 0
+        strands, bases = [], 0
         for ids in sequences:
             bases += int(np.asarray(ids).size)
             if bases > MAX_TRAINING_BASES:
                 raise ConfigError(f"repeat expert: the training split has over {MAX_TRAINING_BASES:,} bases; "
                                   "its k-mer table would not fit in memory (use it on genomes up to that size)")
             codes, valid = base_codes(ids)
-            strands = [(codes, valid)]
+            strands.append(np.where(valid, codes, GAP))
             if reverse_complement:
-                strands.append((3 - codes[::-1], valid[::-1]))
-            for c, v in strands:
-                positions, ctx = _contexts(c, v, k)
-                keep = v[positions]  # the next base must be a base too
-                parts.append(ctx[keep] * 4 + c[positions[keep]])
-        keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        unique, counts = np.unique(keys, return_counts=True)
-        return cls(k, unique, counts.astype(np.float32), bases)
+                strands.append(np.where(valid[::-1], 3 - codes[::-1], GAP))
+        # All strands end to end, a GAP after each, so no context spans two of them.
+        sequence = np.concatenate([part for strand in strands for part in (strand, [GAP])] or [[]]).astype(np.uint8)
+        valid = sequence < GAP
+        positions, ctx = _contexts(np.where(valid, sequence, 0).astype(np.int64), valid, k)
+        keep = valid[positions]  # the next base must be a base too
+        positions = positions[keep]
+        keys = ctx[keep] * 4 + sequence[positions]
+        unique, first, counts = np.unique(keys, return_index=True, return_counts=True)
+        return cls(k, unique, counts.astype(np.float32), bases, sequence, positions[first])
 
     def __len__(self) -> int:
         return int(self.keys.size)
@@ -117,6 +132,56 @@ class RepeatTable:
                 key = ctx * 4 + base
                 idx = np.minimum(np.searchsorted(self.keys, key), self.keys.size - 1)
                 out[row, positions, base] = np.where(self.keys[idx] == key, self.counts[idx], 0.0)
+        return torch.from_numpy(out).reshape(*labels.shape, 4).to(labels.device)
+
+    copy_decay = 0.98  # per-base decay of a followed copy's hit and miss counts (see copy_counts)
+
+    def copy_counts(self, labels: Tensor, exact: Tensor, smoothing: float) -> Tensor:
+        """Pseudo-counts of the copy being followed, at positions where ``exact``
+        (:meth:`next_base_counts`) has none; zero elsewhere.
+
+        Wherever a training k-mer precedes position t, the copy restarts at that k-mer's first
+        occurrence in :attr:`sequence`; it then advances one base per position, matched or not.
+        Its prediction is the copied base with probability q = (hits + 1) / (hits + misses + 2),
+        hits and misses of this copy so far, decayed by :attr:`copy_decay` per base (a new copy starts at
+        k hits, the bases of its k-mer), expressed as the count c on that base for which
+        ``mixture_log_likelihood``'s (c + smoothing) / (c + 4·smoothing) equals q. Causal: only
+        bases before t move the copy or its hits. Settings chosen inside E. coli's training split
+        (results/quality/repeats/tune_copies_on_training.json)."""
+        if self.sequence is None or self.positions is None:
+            raise ValueError("this RepeatTable has no training sequence to follow copies along")
+        flat = labels.reshape(-1, labels.shape[-1]).cpu().numpy()
+        rows, length = flat.shape
+        codes, valid = np.zeros(flat.shape, np.int64), np.zeros(flat.shape, bool)
+        anchor = np.full(flat.shape, -1, np.int64)  # where a copy (re)starts: index of the next base
+        for row, ids in enumerate(flat):
+            codes[row], valid[row] = base_codes(ids)
+            positions, ctx = _contexts(codes[row], valid[row], self.k)
+            if positions.size and self.keys.size:
+                idx = np.minimum(np.searchsorted(self.keys, ctx * 4), self.keys.size - 1)
+                found = self.keys[idx] // 4 == ctx
+                anchor[row, positions[found]] = self.positions[idx[found]]
+        has_exact = exact.reshape(rows, length, 4).sum(-1).cpu().numpy() > 0
+        out = np.zeros((rows, length, 4), np.float32)
+        pointer = np.full(rows, -1, np.int64)
+        hits, misses, decay = np.zeros(rows), np.zeros(rows), self.copy_decay
+        every_row = np.arange(rows)
+        last = self.sequence.size - 1
+        for t in range(length):
+            restart = (anchor[:, t] >= 0) & (anchor[:, t] != pointer)
+            hits, misses = np.where(restart, float(self.k), hits), np.where(restart, 0.0, misses)
+            pointer = np.where(anchor[:, t] >= 0, anchor[:, t], pointer)
+            following = (pointer >= 0) & (pointer <= last)
+            copied = np.where(following, self.sequence[np.clip(pointer, 0, last)], GAP)
+            speak = (copied < GAP) & ~has_exact[:, t]
+            q = np.maximum((hits + 1) / (hits + misses + 2), 0.25)
+            count = smoothing * (4 * q - 1) / (1 - q)
+            out[every_row[speak], t, copied[speak]] = count[speak]
+            pointer = np.where(following & (copied == GAP), -1, pointer)  # the strand ended: copy lost
+            seen = following & valid[:, t] & (copied < GAP)
+            hits = hits * decay + (seen & (copied == codes[:, t]))
+            misses = misses * decay + (seen & (copied != codes[:, t]))
+            pointer = np.where(pointer >= 0, pointer + 1, pointer)
         return torch.from_numpy(out).reshape(*labels.shape, 4).to(labels.device)
 
 
@@ -194,24 +259,35 @@ def fit_on_training_split(datamodule, k: int | None = None) -> RepeatTable:
     return fit_on_split(datamodule.genome, datamodule.val_contigs, datamodule.val_fraction, k, datamodule.tokenizer)
 
 
+def expert_counts(table: RepeatTable, labels: Tensor, smoothing: float,
+                  follow_copies: bool = False) -> tuple[Tensor, Tensor]:
+    """The counts the mixture uses (exact matches, plus followed copies where asked) and the
+    exact-match counts alone (their positions are what ``repeat_fraction`` reports)."""
+    exact = table.next_base_counts(labels)
+    if not follow_copies:
+        return exact, exact
+    return exact + table.copy_counts(labels, exact, smoothing), exact
+
+
 def score_batch(table: RepeatTable, log_probs: Tensor, labels: Tensor, switch: float,
-                smoothing: float) -> tuple[Tensor, Tensor, Tensor]:
+                smoothing: float, follow_copies: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """One evaluation batch: per-position log-likelihood under the base model alone and mixed with
-    the expert, and where the expert had an opinion (a training k-mer precedes the position)."""
+    the expert, and where a training k-mer precedes the position (exact matches only)."""
     labels = labels.to(log_probs.device)
-    counts = table.next_base_counts(labels)
+    counts, exact = expert_counts(table, labels, smoothing, follow_copies)
     base_ll = log_probs.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
     mixed_ll, _ = mix_log_likelihood(base_ll, labels, counts, switch, smoothing)
-    return base_ll, mixed_ll, counts.sum(-1) > 0
+    return base_ll, mixed_ll, exact.sum(-1) > 0
 
 
 class RepeatExpert:
     """A fitted table with its mixing settings: turns a base model's per-base scores of whole
     sequences into the mixture's (for ``score-fasta --repeat-expert``)."""
 
-    def __init__(self, table: RepeatTable, switch: float = 0.003, smoothing: float = 0.005) -> None:
+    def __init__(self, table: RepeatTable, switch: float = 0.003, smoothing: float = 0.005,
+                 follow_copies: bool = False) -> None:
         check_settings(None, switch, smoothing)
-        self.table, self.switch, self.smoothing = table, switch, smoothing
+        self.table, self.switch, self.smoothing, self.follow_copies = table, switch, smoothing, follow_copies
         self.scored_bases = 0  # A/C/G/T bases mixed so far,
         self.covered_bases = 0  # and of those, how many follow a k-mer of the table
 
@@ -225,10 +301,10 @@ class RepeatExpert:
         """``base_ll``: per-base log p (nats, NaN where the base is not A/C/G/T) of the token ids
         ``ids`` of one window, scored from the window's start; returns the mixture's, same shape."""
         labels = torch.from_numpy(np.asarray(ids, dtype=np.int64))[None]
-        counts = self.table.next_base_counts(labels)
+        counts, exact = expert_counts(self.table, labels, self.smoothing, self.follow_copies)
         scored = ~np.isnan(np.asarray(base_ll))
         self.scored_bases += int(scored.sum())
-        self.covered_bases += int((counts[0].sum(-1).numpy() > 0)[scored].sum())
+        self.covered_bases += int((exact[0].sum(-1).numpy() > 0)[scored].sum())
         mixed, _ = mix_log_likelihood(torch.from_numpy(np.asarray(base_ll, np.float32))[None], labels, counts,
                                       self.switch, self.smoothing)
         out = mixed[0].numpy()

@@ -88,6 +88,53 @@ def test_mixture_learns_to_trust_a_repeat_copy():
     torch.testing.assert_close(mixed[0, outside], torch.full((200,), np.log(0.25)), rtol=0, atol=1e-5)
 
 
+def _diverged(seq: str, first: int, every: int, seed: int) -> tuple[str, list[int]]:
+    """``seq`` with a substitution at base ``first`` and every ``every`` bases after it."""
+    rng = np.random.default_rng(seed)
+    out, where = list(seq), list(range(first, len(seq), every))
+    for i in where:
+        out[i] = rng.choice([b for b in "ACGT" if b != seq[i]])
+    return "".join(out), where
+
+
+def test_copy_expert_follows_a_diverged_copy_causally():
+    """A copy with a substitution every 10 bases has no exact 12-mer after its first substitution;
+    the copy expert keeps predicting the training base there, only from bases before each position."""
+    k, source = 12, random_dna(400, 31)
+    table = RepeatTable.fit([ids(random_dna(1500, 32) + source + random_dna(500, 33))], k=k)
+    copy, _ = _diverged(source[:300], 30, 10, 34)
+    labels = torch.from_numpy(ids(random_dna(100, 35) + copy))[None]
+    exact = table.next_base_counts(labels)
+    copies = table.copy_counts(labels, exact, smoothing=0.005)
+    has_exact, speaks = exact[0].sum(-1) > 0, copies[0].sum(-1) > 0
+    assert not (has_exact & speaks).any()  # the copy expert only fills where exact matches are silent
+    assert has_exact[100 + k:100 + 30].all()  # the copy starts with 30 exact bases
+    inside = torch.arange(100 + 31, 400)  # after the first substitution (exact counts still speak at it)
+    assert not has_exact[inside].any() and speaks[inside].all()
+    predicted = copies[0, inside].argmax(-1).numpy()
+    truth = ids(source[:300])[inside.numpy() - 100] - A_ID
+    assert (predicted == truth).all()  # the training base, also at the substituted positions
+    # Causal: changing base t changes nothing the expert says at t or before.
+    changed = labels.clone()
+    changed[0, 250] = A_ID + (int(changed[0, 250]) - A_ID + 1) % 4
+    again = table.copy_counts(changed, table.next_base_counts(changed), smoothing=0.005)
+    torch.testing.assert_close(again[0, :251], copies[0, :251])
+    # Scored: the diverged copy costs far less with copies followed than with exact matches only.
+    base = _uniform_log_probs(1, 400)
+    exact_only, _ = mixture_log_likelihood(base, labels, exact)
+    followed, _ = mixture_log_likelihood(base, labels, exact + copies)
+    bits = lambda ll: float(-ll[0, inside].mean() / np.log(2))  # noqa: E731
+    assert bits(exact_only) == pytest.approx(2.0, abs=1e-3) and bits(followed) < 1.0
+
+
+def test_copy_expert_stops_where_the_training_strand_ends():
+    source = random_dna(200, 41)
+    table = RepeatTable.fit([ids(source)], k=12, reverse_complement=False)
+    labels = torch.from_numpy(ids(source[150:] + random_dna(100, 42)))[None]  # the copy runs off the end
+    copies = table.copy_counts(labels, table.next_base_counts(labels), smoothing=0.005)
+    assert copies[0, 50:].sum() == 0  # nothing is copied from beyond the strand's last base
+
+
 def test_repeat_mix_cli_with_markov_and_checkpoint(write_fasta, tmp_path, capsys):
     unit = random_dna(400, 6)
     genome = random_dna(3000, 7) + unit + random_dna(2000, 8) + unit + random_dna(1500, 9)
@@ -133,7 +180,7 @@ def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
                       ffn_hidden_size=32)
     module = BioMoEModule(cfg, OptimConfig(), log_expert_load_every_n_steps=0)
-    callback = RepeatMixture(k=10)
+    callback = RepeatMixture(k=10, follow_copies=True)
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, callbacks=[callback])
     (metrics,) = trainer.validate(module, datamodule=dm)
@@ -152,6 +199,10 @@ def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
     assert weighted == pytest.approx(expected["mixed_bits_per_base"], rel=1e-5)  # windows add up
     assert metrics["val/repeat_mix_bits_per_base"] == pytest.approx(expected["mixed_bits_per_base"], rel=1e-5)
     assert metrics["val/bits_per_base"] == pytest.approx(expected["base_bits_per_base"], rel=1e-5)
+    followed = score(dm, log_probs, callback.table, callback.switch, callback.smoothing, batch_size=4,
+                     follow_copies=True)
+    assert metrics["val/repeat_copy_mix_bits_per_base"] == pytest.approx(followed["mixed_bits_per_base"], rel=1e-5)
+    assert followed["repeat_positions"] == expected["repeat_positions"]  # the fraction counts exact matches
 
 
 def test_callback_refuses_an_oversized_genome_before_training(write_fasta, tmp_path, monkeypatch):
@@ -212,3 +263,21 @@ def test_callback_refuses_bad_settings():
 
     with pytest.raises(ConfigError, match="switch"):
         RepeatMixture(switch=-0.1)
+
+
+def test_repeat_mix_cli_follow_copies_scores_a_diverged_repeat_better(write_fasta, tmp_path):
+    unit = random_dna(600, 51)
+    copy, _ = _diverged(unit, 40, 12, 52)  # 93 % identical: no exact 18-mer after base 40
+    # Held out: the last 25 % = bases 5,250-7,000, two windows of 512; the copy starts at 5,400, in the
+    # first window (each window starts a fresh context, so the copy is picked up there).
+    fasta = write_fasta({"chr": random_dna(3000, 53) + unit + random_dna(1800, 54) + copy + random_dna(1000, 55)})
+    results = {}
+    for flag in ([], ["--follow-copies"]):
+        out = tmp_path / f"r{len(flag)}.json"
+        assert main(["repeat-mix", str(fasta), "--seq-length", "512", "--val-fraction", "0.25",
+                     "--markov-order", "2", "--k", "14", "--json", str(out), *flag]) == 0
+        results[bool(flag)] = json.loads(out.read_text())
+    exact, followed = results[False], results[True]
+    assert followed["follow_copies"] and not exact["follow_copies"]
+    assert followed["positions"] == exact["positions"] and followed["repeat_positions"] == exact["repeat_positions"]
+    assert followed["mixed_bits_per_base"] < exact["mixed_bits_per_base"] - 0.1
