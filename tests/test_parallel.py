@@ -7,6 +7,7 @@ Ranks assert themselves; a failed assertion or a hang (gloo timeout) fails the s
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import sys
@@ -360,6 +361,63 @@ def _one_device(rank: int, world: int) -> None:
 def test_strategy_on_one_device_says_it_only_costs():
     """Measured on one H200: FSDP2 at world 1 cost 37 % of the tokens/s; the user is told so."""
     run_ranks(1, _one_device)
+
+
+def _metric_callbacks_under_ep(rank: int, world: int, root: str) -> None:
+    """Validation under EP=2 (each rank scores half the windows, the MoE layers exchange tokens)
+    logs the held-out numbers one process gets on the whole split: the network, the Markov
+    baseline and the repeat expert (exact matches and following copies)."""
+    import lightning as L
+
+    from biomoe.baseline import MarkovBaseline
+    from biomoe.config import OptimConfig
+    from biomoe.data import GenomeDataModule
+    from biomoe.module import BioMoEModule
+    from biomoe.parallel import ExpertParallelStrategy
+    from biomoe.repeat_metric import RepeatMixture
+    from biomoe.repeat_score import markov_log_probs, score
+
+    def datamodule() -> GenomeDataModule:
+        return GenomeDataModule(fasta=str(Path(root) / "g.fa"), seq_length=64, batch_size=2, val_fraction=0.25,
+                                rc_prob=0.0, cache_dir=str(Path(root) / f"cache{rank}"))
+
+    cfg = tiny_config(vocab_size=64)
+    module = BioMoEModule(cfg, OptimConfig(), log_expert_load_every_n_steps=0)
+    module.model = build(cfg)  # the same weights on both ranks; configure_model then only shards them
+    reference = copy.deepcopy(module.model).eval()
+    callbacks = [MarkovBaseline(order=2), RepeatMixture(k=8, follow_copies=True)]
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy=ExpertParallelStrategy(expert_parallel_size=2),
+                        logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=callbacks)
+    (metrics,) = trainer.validate(module, datamodule=datamodule())
+
+    dm = datamodule()
+    dm.setup("validate")
+    assert len(dm.val_dataset) % (2 * world) == 0  # no padded duplicate windows on either rank
+
+    @torch.no_grad()
+    def log_probs(batch):
+        return torch.log_softmax(reference(batch["input_ids"]).logits.float(), -1)
+
+    table = callbacks[1].table
+    exact = score(dm, log_probs, table, 0.003, 0.005, batch_size=4)
+    copies = score(dm, log_probs, table, 0.003, 0.005, batch_size=4, follow_copies=True)
+    assert metrics["val/bits_per_base"] == pytest.approx(exact["base_bits_per_base"], rel=1e-4)
+    assert metrics["val/repeat_mix_bits_per_base"] == pytest.approx(exact["mixed_bits_per_base"], rel=1e-4)
+    assert metrics["val/repeat_copy_mix_bits_per_base"] == pytest.approx(copies["mixed_bits_per_base"], rel=1e-4)
+    assert metrics["val/repeat_fraction"] == pytest.approx(exact["repeat_fraction"], rel=1e-6)
+    markov = score(dm, markov_log_probs(dm, 2), table, 0.003, 0.005, batch_size=4)
+    assert metrics["val/markov_bits_per_base"] == pytest.approx(markov["base_bits_per_base"], rel=1e-5)
+    assert exact["repeat_fraction"] > 0.05  # the held-out copy of unit is there to be found
+
+
+def test_metric_callbacks_under_expert_parallelism_match_one_process(tmp_path, write_fasta):
+    from conftest import random_dna
+
+    unit = random_dna(300, 61)
+    # 2,240 bases: the last 560 (8 windows of 64, 4 per rank) hold out the second copy of unit.
+    write_fasta({"chr": random_dna(1400, 62) + unit + random_dna(200, 63) + unit + random_dna(40, 64)})
+    run_ranks(2, _metric_callbacks_under_ep, str(tmp_path))
 
 
 # ------------------------------------------------------------------------------ pure units
