@@ -9,28 +9,22 @@ about a minute):
     python results/quality/repeats/tune_copies_on_training.py
 """
 
-import gzip
 import json
 import sys
 import tempfile
 from pathlib import Path
 
-from Bio import SeqIO
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from inner_split import INNER_VAL_FRACTION, write_training_split  # noqa: E402  (also puts the repo on the path)
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
 from biomoe.data import GenomeDataModule  # noqa: E402
 from biomoe.repeat_score import markov_log_probs, score  # noqa: E402
 from biomoe.repeats import fit_on_training_split  # noqa: E402
 
-record = next(SeqIO.parse(gzip.open(ROOT / "data/large/ecoli536_NC_008253.fna.gz", "rt"), "fasta"))
-sequence = str(record.seq)
-training = sequence[: len(sequence) - round(len(sequence) * 0.1)]
 rows = []
 with tempfile.TemporaryDirectory() as tmp:
-    fasta = Path(tmp) / "ecoli536_training_split.fa"
-    fasta.write_text(f">{record.id}_first90\n{training}\n")
-    dm = GenomeDataModule(fasta=[str(fasta)], seq_length=1024, val_fraction=1 / 9, rc_prob=0.0)
+    fasta = write_training_split(Path(tmp))
+    dm = GenomeDataModule(fasta=[str(fasta)], seq_length=1024, val_fraction=INNER_VAL_FRACTION, rc_prob=0.0)
     dm.setup("validate")
     table = fit_on_training_split(dm)
     base = markov_log_probs(dm, 7)

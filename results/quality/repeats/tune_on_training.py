@@ -7,29 +7,23 @@ split. Run from the repository root (CPU, ~3 minutes):
     python results/quality/repeats/tune_on_training.py
 """
 
-import gzip
 import itertools
 import json
 import sys
 import tempfile
 from pathlib import Path
 
-from Bio import SeqIO
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from inner_split import INNER_VAL_FRACTION, write_training_split  # noqa: E402  (also puts the repo on the path)
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
 from biomoe.repeat_score import main  # noqa: E402
 
-record = next(SeqIO.parse(gzip.open(ROOT / "data/large/ecoli536_NC_008253.fna.gz", "rt"), "fasta"))
-sequence = str(record.seq)
-training = sequence[: len(sequence) - round(len(sequence) * 0.1)]
 rows = []
 with tempfile.TemporaryDirectory() as tmp:
-    fasta = Path(tmp) / "ecoli536_training_split.fa"
-    fasta.write_text(f">{record.id}_first90\n{training}\n")
+    fasta = write_training_split(Path(tmp))
     for k, switch, smoothing in itertools.product((12, 14, 16, 18, 20, 24), (0.003, 0.01, 0.03, 0.1), (0.005, 0.02, 0.1)):
         out = Path(tmp) / "r.json"
-        main([str(fasta), "--val-fraction", str(1 / 9), "--markov-order", "7", "--k", str(k),
+        main([str(fasta), "--val-fraction", str(INNER_VAL_FRACTION), "--markov-order", "7", "--k", str(k),
               "--switch", str(switch), "--smoothing", str(smoothing), "--json", str(out)])
         r = json.loads(out.read_text())
         rows.append({key: r[key] for key in ("k", "switch", "smoothing", "positions", "repeat_fraction",
