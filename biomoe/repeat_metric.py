@@ -59,14 +59,12 @@ class RepeatMixture(EvaluationPassCallback):
             return
         with trainer.precision_plugin.forward_context(), pl_module.fast_path().autocast():
             logits = pl_module.model(batch["input_ids"]).logits
-        log_probs = torch.log_softmax(logits.float(), -1)
-        _, mixed, opinion = score_batch(self.table, log_probs, batch["labels"], self.switch, self.smoothing)
+        scores = score_batch(self.table, torch.log_softmax(logits.float(), -1), batch["labels"], self.switch,
+                             self.smoothing, self.follow_copies)
         mask = batch["loss_mask"].bool()
-        sums = [-mixed[mask].double().sum(), mask.sum().double(), (mask & opinion).sum().double()]
-        if self.follow_copies:
-            _, copy_mixed, _ = score_batch(self.table, log_probs, batch["labels"], self.switch, self.smoothing,
-                                           follow_copies=True)
-            sums.append(-copy_mixed[mask].double().sum())
+        sums = [-scores.exact[mask].double().sum(), mask.sum().double(), (mask & scores.opinion).sum().double()]
+        if scores.copies is not None:
+            sums.append(-scores.copies[mask].double().sum())
         self._sums[stage].append(torch.stack(sums))
 
     def _end(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

@@ -34,6 +34,8 @@ from biomoe.tokenizer import NucleotideTokenizer
 def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, switch: float,
           smoothing: float, batch_size: int = 64, per_window: bool = False, follow_copies: bool = False) -> dict:
     """Sums over the validation windows. ``base_log_probs(batch) -> [B, T, V]`` log-probabilities.
+    ``mixed`` is the expert following copies with ``follow_copies`` (then ``exact_mixed`` is the
+    exact-match mixture beside it), exact matches only without.
     ``per_window`` adds ``windows``: contig, start, bases scored, bits/base alone and mixed, and the
     share of bases after a training k-mer, for each validation window in order."""
     sums = {"base": 0.0, "mixed": 0.0, "base_on_repeats": 0.0, "mixed_on_repeats": 0.0}
@@ -42,13 +44,16 @@ def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, swit
     dataset = datamodule.val_dataset
     for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False):
         log_probs = base_log_probs(batch)
-        base_ll, mixed_ll, opinion = score_batch(table, log_probs, batch["labels"], switch, smoothing, follow_copies)
+        scores = score_batch(table, log_probs, batch["labels"], switch, smoothing, follow_copies)
+        base_ll, mixed_ll = scores.base, scores.copies if follow_copies else scores.exact
         mask = batch["loss_mask"].bool().to(log_probs.device)
-        repeat = mask & opinion
+        repeat = mask & scores.opinion
         sums["base"] -= float(base_ll[mask].double().sum())
         sums["mixed"] -= float(mixed_ll[mask].double().sum())
         sums["base_on_repeats"] -= float(base_ll[repeat].double().sum())
         sums["mixed_on_repeats"] -= float(mixed_ll[repeat].double().sum())
+        if follow_copies:  # the exact-match mixture comes with it: report both, as RepeatMixture does
+            sums["exact_mixed"] = sums.get("exact_mixed", 0.0) - float(scores.exact[mask].double().sum())
         positions += int(mask.sum())
         covered += int(repeat.sum())
         if per_window:
@@ -160,7 +165,8 @@ def main(argv: list[str]) -> int:
     print(f"{base_name} on {result['positions']:,} held-out bases of {', '.join(args.fasta)}: "
           f"{result['base_bits_per_base']:.4f} bits/base alone, {result['mixed_bits_per_base']:.4f} "
           f"with the repeat expert (k={k}, switch {args.switch}, smoothing {args.smoothing}"
-          f"{', following copies' if args.follow_copies else ''}); "
+          f"{', following copies' if args.follow_copies else ''}"
+          f"{'; exact matches only: %.4f' % result['exact_mixed_bits_per_base'] if args.follow_copies else ''}); "
           f"{result['repeat_fraction']:.2%} of positions follow a training k-mer: "
           f"{result['base_on_repeats_bits_per_base']:.3f} -> {result['mixed_on_repeats_bits_per_base']:.3f} "
           f"bits/base there ({result['seconds']:.0f} s)")

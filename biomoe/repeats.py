@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -34,7 +35,7 @@ from biomoe.config import ConfigError
 from biomoe.markov import base_codes
 from biomoe.tokenizer import A_ID, T_ID, NucleotideTokenizer
 
-__all__ = ["RepeatExpert", "RepeatTable", "check_settings", "default_k", "expert_counts", "fit_on_split", "fit_on_training_split",
+__all__ = ["BatchScores", "RepeatExpert", "RepeatTable", "check_settings", "default_k", "fit_on_split", "fit_on_training_split",
            "mix_log_likelihood", "mixture_log_likelihood", "score_batch"]
 
 MAX_K = 31  # 2 bits per base of context plus the next base in one int64
@@ -259,25 +260,28 @@ def fit_on_training_split(datamodule, k: int | None = None) -> RepeatTable:
     return fit_on_split(datamodule.genome, datamodule.val_contigs, datamodule.val_fraction, k, datamodule.tokenizer)
 
 
-def expert_counts(table: RepeatTable, labels: Tensor, smoothing: float,
-                  follow_copies: bool = False) -> tuple[Tensor, Tensor]:
-    """The counts the mixture uses (exact matches, plus followed copies where asked) and the
-    exact-match counts alone (their positions are what ``repeat_fraction`` reports)."""
-    exact = table.next_base_counts(labels)
-    if not follow_copies:
-        return exact, exact
-    return exact + table.copy_counts(labels, exact, smoothing), exact
+class BatchScores(NamedTuple):
+    """Per-position log-likelihoods of one evaluation batch (``[B, T]``)."""
+
+    base: Tensor  # the base model alone
+    exact: Tensor  # mixed with the exact-match expert
+    copies: Tensor | None  # mixed with the expert that also follows copies (None unless asked)
+    opinion: Tensor  # where a training k-mer precedes the position (exact matches)
 
 
 def score_batch(table: RepeatTable, log_probs: Tensor, labels: Tensor, switch: float,
-                smoothing: float, follow_copies: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-    """One evaluation batch: per-position log-likelihood under the base model alone and mixed with
-    the expert, and where a training k-mer precedes the position (exact matches only)."""
+                smoothing: float, follow_copies: bool = False) -> BatchScores:
+    """One evaluation batch under the base model alone and mixed with the expert; with
+    ``follow_copies`` both mixtures, from one lookup of the exact-match counts."""
     labels = labels.to(log_probs.device)
-    counts, exact = expert_counts(table, labels, smoothing, follow_copies)
+    exact = table.next_base_counts(labels)
     base_ll = log_probs.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
-    mixed_ll, _ = mix_log_likelihood(base_ll, labels, counts, switch, smoothing)
-    return base_ll, mixed_ll, exact.sum(-1) > 0
+    exact_ll, _ = mix_log_likelihood(base_ll, labels, exact, switch, smoothing)
+    copies_ll = None
+    if follow_copies:
+        copies_ll, _ = mix_log_likelihood(base_ll, labels, exact + table.copy_counts(labels, exact, smoothing),
+                                          switch, smoothing)
+    return BatchScores(base_ll, exact_ll, copies_ll, exact.sum(-1) > 0)
 
 
 class RepeatExpert:
@@ -301,7 +305,8 @@ class RepeatExpert:
         """``base_ll``: per-base log p (nats, NaN where the base is not A/C/G/T) of the token ids
         ``ids`` of one window, scored from the window's start; returns the mixture's, same shape."""
         labels = torch.from_numpy(np.asarray(ids, dtype=np.int64))[None]
-        counts, exact = expert_counts(self.table, labels, self.smoothing, self.follow_copies)
+        exact = self.table.next_base_counts(labels)
+        counts = exact + self.table.copy_counts(labels, exact, self.smoothing) if self.follow_copies else exact
         scored = ~np.isnan(np.asarray(base_ll))
         self.scored_bases += int(scored.sum())
         self.covered_bases += int((exact[0].sum(-1).numpy() > 0)[scored].sum())

@@ -281,3 +281,4 @@ def test_repeat_mix_cli_follow_copies_scores_a_diverged_repeat_better(write_fast
     assert followed["follow_copies"] and not exact["follow_copies"]
     assert followed["positions"] == exact["positions"] and followed["repeat_positions"] == exact["repeat_positions"]
     assert followed["mixed_bits_per_base"] < exact["mixed_bits_per_base"] - 0.1
+    assert followed["exact_mixed_bits_per_base"] == pytest.approx(exact["mixed_bits_per_base"], rel=1e-9)
