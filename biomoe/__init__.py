@@ -1,7 +1,7 @@
 """biomoe: Mixture-of-Experts language models for genomes, trained with PyTorch Lightning."""
 
-from biomoe.config import ConfigError, ModelConfig, OptimConfig
-from biomoe.model import MoETransformer, ModelOutput
+from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
+from biomoe.model.transformer import MoETransformer, ModelOutput
 
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "ModelConfig", "ModelOutput", "MoETransformer", "OptimConfig", "__version__"]

@@ -66,7 +66,7 @@ def cache_dir(tmp_path: Path) -> Path:
 def save_checkpoint(path: Path, model, cfg, data: dict | None = None) -> Path:
     """``model`` saved as ``cli.py fit`` would (``model.``-prefixed weights, the config as a
     hyper-parameter, and ``data``, if given, as the datamodule's hyper-parameters), so
-    ``biomoe.inference.load_model`` and the CLI commands read it."""
+    ``biomoe.inference.scoring.load_model`` and the CLI commands read it."""
     import torch
 
     ckpt = {"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},

@@ -7,7 +7,7 @@ import gzip
 import numpy as np
 import pytest
 
-from biomoe.annotation import coding_mask, read_cds_intervals
+from biomoe.genomics.annotation import coding_mask, read_cds_intervals
 from biomoe.errors import GenomeInputError
 
 GFF = """##gff-version 3

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from biomoe import ModelConfig, MoETransformer
-from biomoe.compile import apply_compile
-from biomoe.module import BioMoEModule
+from biomoe.model.compile import apply_compile
+from biomoe.training.module import BioMoEModule
 
 
 def tiny(**overrides) -> ModelConfig:
@@ -55,7 +55,7 @@ def test_compile_with_activation_checkpointing_compiles_and_replays_dropout():
     """Compiling the checkpoint wrapper graph-broke on the router's statistics updates, so with
     activation_checkpointing nothing was compiled. Compiled inside the wrapper, the blocks are traced
     and give the gradients of the compiled model without checkpointing (dropout masks replayed)."""
-    from biomoe.activation_checkpointing import apply_activation_checkpointing
+    from biomoe.model.activation_checkpointing import apply_activation_checkpointing
 
     graphs = []
 

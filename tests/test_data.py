@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from biomoe.data import GenomeDataModule, GenomeWindowDataset, split_regions
+from biomoe.data.datamodule import GenomeDataModule, GenomeWindowDataset, split_regions
 from biomoe.errors import GenomeInputError
-from biomoe.fasta import Genome
-from biomoe.tokenizer import BOS_ID, NucleotideTokenizer
+from biomoe.data.fasta import Genome
+from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from conftest import random_dna
 
 TOK = NucleotideTokenizer()

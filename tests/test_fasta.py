@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from biomoe import fasta as fasta_mod
+from biomoe.data import fasta as fasta_mod
 from biomoe.errors import GenomeInputError
-from biomoe.fasta import Genome, resolve_fasta_paths
+from biomoe.data.fasta import Genome, resolve_fasta_paths
 from conftest import fasta_text, random_dna
 
 RECORDS = {"chr1": random_dna(1000, 1), "chr2": random_dna(333, 2), "chrM": random_dna(61, 3)}

@@ -11,11 +11,11 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-from biomoe.cli import main as cli_main  # noqa: E402
-from biomoe.config import ConfigError, ModelConfig  # noqa: E402
-from biomoe.hf_export import export_hf, import_hf  # noqa: E402
-from biomoe.inference import load_model  # noqa: E402
-from biomoe.model import MoETransformer  # noqa: E402
+from biomoe.training.cli import main as cli_main  # noqa: E402
+from biomoe.model.config import ConfigError, ModelConfig  # noqa: E402
+from biomoe.interop.hf import export_hf, import_hf  # noqa: E402
+from biomoe.inference.scoring import load_model  # noqa: E402
+from biomoe.model.transformer import MoETransformer  # noqa: E402
 from conftest import save_checkpoint  # noqa: E402
 
 

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from biomoe.baseline import MarkovBaseline, training_sequences
-from biomoe.config import ModelConfig, OptimConfig
-from biomoe.data import GenomeDataModule, split_regions
-from biomoe.losses import LN2, masked_cross_entropy_sum
-from biomoe.markov import MarkovModel, count_kmers
-from biomoe.markov_table import markov_table
-from biomoe.module import BioMoEModule
-from biomoe.time_budget import TimeBudget
-from biomoe.tokenizer import NucleotideTokenizer
+from biomoe.training.markov_baseline import MarkovBaseline, training_sequences
+from biomoe.model.config import ModelConfig, OptimConfig
+from biomoe.data.datamodule import GenomeDataModule, split_regions
+from biomoe.model.losses import LN2, masked_cross_entropy_sum
+from biomoe.genomics.markov import MarkovModel, count_kmers
+from biomoe.genomics.markov_report import markov_table
+from biomoe.training.module import BioMoEModule
+from biomoe.training.time_budget import TimeBudget
+from biomoe.data.tokenizer import NucleotideTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TOK = NucleotideTokenizer()
@@ -135,7 +135,7 @@ def test_validation_logs_markov_baseline_equal_to_the_table(tmp_path):
 def test_time_budget_fixes_steps_and_ends_the_schedule(tmp_path, monkeypatch):
     import types
 
-    import biomoe.time_budget as tb
+    import biomoe.training.time_budget as tb
 
     clock = iter(np.arange(1, 100) * 0.1)  # each reading of the clock advances 0.1 s
     monkeypatch.setattr(tb, "time", types.SimpleNamespace(perf_counter=lambda: float(next(clock))))

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from biomoe import ConfigError, ModelConfig, MoETransformer
-from biomoe.losses import masked_cross_entropy
+from biomoe.model.losses import masked_cross_entropy
 
 
 def tiny_config(**overrides) -> ModelConfig:
@@ -85,7 +85,7 @@ def test_invalid_configs_fail_with_one_line(overrides, fragment):
 
 
 def test_activation_checkpointing_keeps_keys_loss_and_gradients():
-    from biomoe.activation_checkpointing import apply_activation_checkpointing
+    from biomoe.model.activation_checkpointing import apply_activation_checkpointing
 
     torch.manual_seed(0)
     ids = torch.randint(4, 8, (2, 24))
@@ -123,7 +123,7 @@ def test_residual_dropout_acts_in_training_only():
 
 def test_dropout_masks_replay_under_activation_checkpointing():
     """Recomputation in backward must reuse the forward's dropout masks, or gradients are wrong."""
-    from biomoe.activation_checkpointing import apply_activation_checkpointing
+    from biomoe.model.activation_checkpointing import apply_activation_checkpointing
 
     torch.manual_seed(0)
     ref = MoETransformer(tiny_config(dropout=0.3))

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from biomoe.moe import Experts, MoELayer, TopKRouter
-from biomoe.moe.experts import GroupedMMBackend, LoopBackend, grouped_mm_supported
+from biomoe.model.moe import Experts, MoELayer, TopKRouter
+from biomoe.model.moe.experts import GroupedMMBackend, LoopBackend, grouped_mm_supported
 
 H, FF, E, K = 32, 48, 6, 2
 

@@ -13,10 +13,10 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-from biomoe.baseline import MarkovBaseline  # noqa: E402
-from biomoe.config import ModelConfig, OptimConfig  # noqa: E402
-from biomoe.data import GenomeDataModule  # noqa: E402
-from biomoe.module import BioMoEModule  # noqa: E402
+from biomoe.training.markov_baseline import MarkovBaseline  # noqa: E402
+from biomoe.model.config import ModelConfig, OptimConfig  # noqa: E402
+from biomoe.data.datamodule import GenomeDataModule  # noqa: E402
+from biomoe.training.module import BioMoEModule  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
 def write_yeast_gff(path: Path) -> Path:
     """A made-up annotation of yeast chrI (CDS every few kb, both strands): real coordinates are not
     bundled, and the notebook's panel only needs a GFF3 in the right shape."""
-    from biomoe.fasta import Genome
+    from biomoe.data.fasta import Genome
 
     contig = Genome(ROOT / "data/yeast_chrI.fna.gz").contigs[0]
     rows = ["##gff-version 3"]

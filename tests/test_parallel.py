@@ -21,8 +21,8 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
-from biomoe.config import ModelConfig
-from biomoe.model import MoETransformer
+from biomoe.model.config import ModelConfig
+from biomoe.model.transformer import MoETransformer
 from biomoe.parallel import ParallelDims, build_meshes, parallelize
 
 SEQ = 16
@@ -88,7 +88,7 @@ def build(cfg: ModelConfig, seed: int = 0, expert_bias: list[float] | None = Non
     torch.manual_seed(seed)
     model = MoETransformer(cfg)
     if activation_checkpointing:  # applied before parallelize, as BioMoEModule.configure_model does
-        from biomoe.activation_checkpointing import apply_activation_checkpointing
+        from biomoe.model.activation_checkpointing import apply_activation_checkpointing
 
         apply_activation_checkpointing(model)
     if expert_bias is not None:
@@ -287,8 +287,8 @@ class _TokenDataset(torch.utils.data.Dataset):
 def _fit(epochs: int, ckpt_path: str | None = None, save_to: str | None = None):
     import lightning as L
 
-    from biomoe.config import OptimConfig
-    from biomoe.module import BioMoEModule
+    from biomoe.model.config import OptimConfig
+    from biomoe.training.module import BioMoEModule
     from biomoe.parallel import ExpertParallelStrategy
 
     losses: list[float] = []
@@ -344,8 +344,8 @@ def test_stop_and_resume_reproduces_uninterrupted_losses(tmp_path):
 def _one_device(rank: int, world: int) -> None:
     import lightning as L
 
-    from biomoe.config import OptimConfig
-    from biomoe.module import BioMoEModule
+    from biomoe.model.config import OptimConfig
+    from biomoe.training.module import BioMoEModule
     from biomoe.parallel import ExpertParallelStrategy
 
     module = BioMoEModule(tiny_config(), OptimConfig(lr=1e-2, warmup_steps=1, max_steps=1),
@@ -369,13 +369,13 @@ def _metric_callbacks_under_ep(rank: int, world: int, root: str) -> None:
     baseline and the repeat expert (exact matches and following copies)."""
     import lightning as L
 
-    from biomoe.baseline import MarkovBaseline
-    from biomoe.config import OptimConfig
-    from biomoe.data import GenomeDataModule
-    from biomoe.module import BioMoEModule
+    from biomoe.training.markov_baseline import MarkovBaseline
+    from biomoe.model.config import OptimConfig
+    from biomoe.data.datamodule import GenomeDataModule
+    from biomoe.training.module import BioMoEModule
     from biomoe.parallel import ExpertParallelStrategy
-    from biomoe.repeat_metric import RepeatMixture
-    from biomoe.repeat_score import markov_log_probs, score
+    from biomoe.training.repeat_mixture import RepeatMixture
+    from biomoe.genomics.repeat_mix import markov_log_probs, score
 
     def datamodule() -> GenomeDataModule:
         return GenomeDataModule(fasta=str(Path(root) / "g.fa"), seq_length=64, batch_size=2, val_fraction=0.25,

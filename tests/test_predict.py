@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from biomoe.cli import main as cli_main
-from biomoe.config import ModelConfig
+from biomoe.training.cli import main as cli_main
+from biomoe.model.config import ModelConfig
 from biomoe.errors import GenomeInputError
-from biomoe.fasta import Genome
-from biomoe.inference import load_model, sequence_log_likelihood
-from biomoe.losses import masked_cross_entropy_sum
-from biomoe.model import MoETransformer
-from biomoe.tokenizer import BOS_ID, NucleotideTokenizer
-from biomoe.variants import Variant, score_variants
+from biomoe.data.fasta import Genome
+from biomoe.inference.scoring import load_model, sequence_log_likelihood
+from biomoe.model.losses import masked_cross_entropy_sum
+from biomoe.model.transformer import MoETransformer
+from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
+from biomoe.genomics.score_variants import Variant, score_variants
 from conftest import random_dna, save_checkpoint
 
 TOK = NucleotideTokenizer()
@@ -132,7 +132,7 @@ def test_bad_variant_tables_are_one_line_errors(ckpt, write_fasta, tmp_path, cap
 def test_variant_table_with_bom_and_crlf_is_read(tmp_path):
     """A spreadsheet's UTF-8 export starts with a byte-order mark: its header line was taken for a
     variant ('position must be a 1-based integer, got 'position'')."""
-    from biomoe.variants import read_variants
+    from biomoe.genomics.score_variants import read_variants
 
     table = tmp_path / "v.tsv"
     table.write_bytes(b"\xef\xbb\xbfcontig\tposition\tref\talt\r\nchr\t5\tA\tG\r\n")

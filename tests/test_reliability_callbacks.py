@@ -11,11 +11,11 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from biomoe.callbacks import NonFiniteError, NonFiniteGuard, RouterCollapseMonitor
-from biomoe.cli import install_atomic_checkpoint_io
-from biomoe.config import ModelConfig, OptimConfig
-from biomoe.data import GenomeDataModule
-from biomoe.module import BioMoEModule
+from biomoe.training.callbacks import NonFiniteError, NonFiniteGuard, RouterCollapseMonitor
+from biomoe.training.cli import install_atomic_checkpoint_io
+from biomoe.model.config import ModelConfig, OptimConfig
+from biomoe.data.datamodule import GenomeDataModule
+from biomoe.training.module import BioMoEModule
 from helpers.recorder import PoisonForward
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from biomoe.checkpoint import AtomicCheckpointIO
+from biomoe.training.checkpoint_io import AtomicCheckpointIO
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPER = ROOT / "tests" / "helpers" / "kill_mid_save.py"

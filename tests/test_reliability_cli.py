@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import biomoe.fasta as fasta_mod
-from biomoe.cli import main
+import biomoe.data.fasta as fasta_mod
+from biomoe.training.cli import main
 from conftest import random_dna
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,7 +116,7 @@ def test_bad_config_in_process(tmp_path: Path, capsys, args: list[str], expected
 
 
 def test_check_expert_parallel_helper() -> None:
-    from biomoe.config import ConfigError, check_expert_parallel
+    from biomoe.model.config import ConfigError, check_expert_parallel
 
     check_expert_parallel(8, 4, 8)
     check_expert_parallel(8, 2, 8, data_parallel_replicate_size=2)
@@ -177,8 +177,8 @@ def test_no_held_out_split_is_an_error(tmp_path: Path, capsys, command: str) -> 
     fasta = tmp_path / "g.fa"
     fasta.write_bytes(GOOD)
     torch = pytest.importorskip("torch")
-    from biomoe.config import ModelConfig
-    from biomoe.model import MoETransformer
+    from biomoe.model.config import ModelConfig
+    from biomoe.model.transformer import MoETransformer
 
     ckpt = tmp_path / "m.ckpt"
     torch.save({"state_dict": {f"model.{k}": v for k, v in MoETransformer(ModelConfig()).state_dict().items()}}, ckpt)
@@ -193,8 +193,8 @@ def test_ckpt_hparams_do_not_override_runtime_switches(tmp_path: Path, monkeypat
     C compiler could not run it at all). How to run comes from the config; what the model is, from the
     checkpoint."""
     torch = pytest.importorskip("torch")
-    from biomoe.cli import BioMoECLI, run_lightning_cli
-    from biomoe.config import ModelConfig
+    from biomoe.training.cli import BioMoECLI, run_lightning_cli
+    from biomoe.model.config import ModelConfig
 
     ckpt = tmp_path / "m.ckpt"
     config = {**vars(ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from biomoe.cli import main
-from biomoe.config import ConfigError, ModelConfig
-from biomoe.model import MoETransformer
-from biomoe.repeats import RepeatTable, default_k, mixture_log_likelihood
-from biomoe.tokenizer import A_ID, NucleotideTokenizer
+from biomoe.training.cli import main
+from biomoe.model.config import ConfigError, ModelConfig
+from biomoe.model.transformer import MoETransformer
+from biomoe.genomics.repeat_expert import RepeatTable, default_k, mixture_log_likelihood
+from biomoe.data.tokenizer import A_ID, NucleotideTokenizer
 from conftest import random_dna, save_checkpoint
 
 TOK = NucleotideTokenizer()
@@ -166,11 +166,11 @@ def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
     it lands in the logged metrics next to the network's own bits/base."""
     import lightning as L
 
-    from biomoe.config import OptimConfig
-    from biomoe.data import GenomeDataModule
-    from biomoe.module import BioMoEModule
-    from biomoe.repeat_metric import RepeatMixture
-    from biomoe.repeat_score import score
+    from biomoe.model.config import OptimConfig
+    from biomoe.data.datamodule import GenomeDataModule
+    from biomoe.training.module import BioMoEModule
+    from biomoe.training.repeat_mixture import RepeatMixture
+    from biomoe.genomics.repeat_mix import score
 
     unit = random_dna(300, 11)
     fasta = write_fasta({"chr": random_dna(2500, 12) + unit + random_dna(1200, 13) + unit + random_dna(300, 14)})
@@ -210,13 +210,13 @@ def test_callback_refuses_an_oversized_genome_before_training(write_fasta, tmp_p
     before its first step, not at its first validation hours later."""
     import lightning as L
 
-    import biomoe.repeats
-    from biomoe.config import OptimConfig
-    from biomoe.data import GenomeDataModule
-    from biomoe.module import BioMoEModule
-    from biomoe.repeat_metric import RepeatMixture
+    import biomoe.genomics.repeat_expert
+    from biomoe.model.config import OptimConfig
+    from biomoe.data.datamodule import GenomeDataModule
+    from biomoe.training.module import BioMoEModule
+    from biomoe.training.repeat_mixture import RepeatMixture
 
-    monkeypatch.setattr(biomoe.repeats, "MAX_TRAINING_BASES", 1000)
+    monkeypatch.setattr(biomoe.genomics.repeat_expert, "MAX_TRAINING_BASES", 1000)
     fasta = write_fasta({"chr": random_dna(3000, 21)})
     dm = GenomeDataModule(fasta=str(fasta), seq_length=128, batch_size=4, cache_dir=str(tmp_path / "cache"))
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
@@ -258,8 +258,8 @@ def test_repeat_mix_rejects_non_positive_sizes(option, capsys):
 
 
 def test_callback_refuses_bad_settings():
-    from biomoe.config import ConfigError
-    from biomoe.repeat_metric import RepeatMixture
+    from biomoe.model.config import ConfigError
+    from biomoe.training.repeat_mixture import RepeatMixture
 
     with pytest.raises(ConfigError, match="switch"):
         RepeatMixture(switch=-0.1)

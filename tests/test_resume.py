@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
-from biomoe.cli import main
-from biomoe.data import GenomeDataModule, ResumableBatchSampler
+from biomoe.training.cli import main
+from biomoe.data.datamodule import GenomeDataModule, ResumableBatchSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 STOP = 11  # 64 windows / batch 8 = 8 batches per epoch: step 11 is mid-epoch 1, after a validation

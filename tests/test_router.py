@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from biomoe.moe.router import TopKRouter, load_balancing_loss, router_z_loss
+from biomoe.model.moe.router import TopKRouter, load_balancing_loss, router_z_loss
 
 
 def reference_route(logits: torch.Tensor, k: int):

@@ -137,7 +137,7 @@ def test_scaling_config_drops_the_precision_fallback_and_pinned_shard_size(tmp_p
 
 
 def test_shape_of_fills_what_the_config_leaves_to_the_defaults():
-    from biomoe.config import ModelConfig
+    from biomoe.model.config import ModelConfig
 
     cfg = {"model": {"config": {"hidden_size": 32}}, "data": {"fasta": "x.fa"}}
     shape = scaling.shape_of(cfg)
@@ -149,7 +149,7 @@ def test_shape_of_fills_what_the_config_leaves_to_the_defaults():
 def test_shape_of_counts_dense_blocks_as_the_model_does():
     """FLOPs of a partly dense config: its dense blocks are SwiGLU MLPs of their own width, not
     MoE layers; a uniform MoE config keeps the bench formula, which must agree with the model's."""
-    from biomoe.config import ModelConfig
+    from biomoe.model.config import ModelConfig
 
     moe = {"hidden_size": 64, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2, "num_experts": 4,
            "top_k": 2, "ffn_hidden_size": 96, "vocab_size": 64}

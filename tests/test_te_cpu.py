@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from biomoe.config import ConfigError, ModelConfig
-from biomoe.te.availability import DeviceInfo
-from biomoe.te.experts import GroupPadding, choose_expert_backend, interleave_glu_rows
-from biomoe.te.precision import (PRECISIONS, parse_precision, resolve_precision,
+from biomoe.model.config import ConfigError, ModelConfig
+from biomoe.backends.te.availability import DeviceInfo
+from biomoe.backends.te.experts import GroupPadding, choose_expert_backend, interleave_glu_rows
+from biomoe.backends.te.precision import (PRECISIONS, parse_precision, resolve_precision,
                                  supported_precisions)
 
 H200 = DeviceInfo("NVIDIA H200", (9, 0))
@@ -117,8 +117,8 @@ def test_interleave_matches_te_block_layout():
 
 
 def test_runtime_on_cpu_keeps_torch_paths_and_state_dict():
-    from biomoe.model import MoETransformer
-    from biomoe.te.runtime import prepare
+    from biomoe.model.transformer import MoETransformer
+    from biomoe.backends.te.runtime import prepare
 
     cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                       num_experts=4, top_k=2, ffn_hidden_size=64, expert_backend="auto")
@@ -134,8 +134,8 @@ def test_runtime_on_cpu_keeps_torch_paths_and_state_dict():
 
 
 def test_asking_for_te_on_cpu_is_a_config_error():
-    from biomoe.model import MoETransformer
-    from biomoe.te.runtime import prepare
+    from biomoe.model.transformer import MoETransformer
+    from biomoe.backends.te.runtime import prepare
 
     cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2,
                       num_experts=4, top_k=2, ffn_hidden_size=64, attention_backend="te")
@@ -146,7 +146,7 @@ def test_asking_for_te_on_cpu_is_a_config_error():
 def test_routed_experts_follow_the_routing_map_when_a_weight_underflows():
     """A diverging router: token 0's second routed expert (3) has weight 0.0, tied with the
     unrouted ones. The ids must still be the map's, or the dispatcher's counts and rows disagree."""
-    from biomoe.te.router import routed_experts
+    from biomoe.backends.te.router import routed_experts
 
     dense = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 0.6, 0.4, 0.0]])
     routing_map = torch.tensor([[True, False, False, True], [False, True, True, False]])
@@ -160,8 +160,8 @@ def test_routed_experts_follow_the_routing_map_when_a_weight_underflows():
 def test_counts_follow_the_ids_when_a_diverged_row_breaks_the_map():
     """NaN logits can leave a routing-map row with 0 or 3 trues. The ids are still top_k distinct
     experts per row, and the counts the padded permute uses must be taken from them."""
-    from biomoe.moe.router import expert_counts
-    from biomoe.te.router import routed_experts
+    from biomoe.model.moe.router import expert_counts
+    from biomoe.backends.te.router import routed_experts
 
     dense = torch.tensor([[float("nan")] * 4, [0.5, 0.3, 0.2, 0.0], [0.0, 0.6, 0.4, 0.0]])
     routing_map = torch.tensor([[False] * 4, [True, True, True, False], [False, True, True, False]])
@@ -202,8 +202,8 @@ class _FakeTE:
 def test_activation_checkpointing_recomputes_through_te_under_an_fp8_recipe(monkeypatch, fp8):
     """Under FP8 the blocks must recompute through TE's checkpoint (it re-enters the recipe),
     non-reentrant and with no torch-only keyword leaking into the block; otherwise torch's."""
-    from biomoe.activation_checkpointing import apply_activation_checkpointing
-    from biomoe.model import MoETransformer
+    from biomoe.model.activation_checkpointing import apply_activation_checkpointing
+    from biomoe.model.transformer import MoETransformer
 
     fake = _FakeTE(enabled=fp8)
     fake.install(monkeypatch)
@@ -225,7 +225,7 @@ def test_activation_checkpointing_recomputes_through_te_under_an_fp8_recipe(monk
 
 
 def test_activation_checkpointing_refuses_delayed_scaling_in_one_line():
-    from biomoe.activation_checkpointing import check_precision_for_checkpointing
+    from biomoe.model.activation_checkpointing import check_precision_for_checkpointing
 
     with pytest.raises(ConfigError, match="fp8-delayed") as info:
         check_precision_for_checkpointing("fp8-delayed")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from biomoe.tokenizer import (
+from biomoe.data.tokenizer import (
     A_ID,
     BOS_ID,
     C_ID,

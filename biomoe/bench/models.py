@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from biomoe.bench.shapes import BenchShape
-from biomoe.config import ModelConfig
-from biomoe.losses import masked_cross_entropy
-from biomoe.model import MoETransformer
+from biomoe.model.config import ModelConfig
+from biomoe.model.losses import masked_cross_entropy
+from biomoe.model.transformer import MoETransformer
 
 
 @dataclass
@@ -65,7 +65,7 @@ class ReferenceInit:
 
 def reference_init(shape: BenchShape, device: torch.device, seed: int = 0) -> ReferenceInit:
     """Build the HF default model once with ``seed`` and keep its initial weights on the CPU."""
-    from biomoe.hf_export import from_hf_state_dict, model_config_from_hf
+    from biomoe.interop.hf import from_hf_state_dict, model_config_from_hf
 
     torch.manual_seed(seed)
     hf = build_hf(shape, "grouped_mm", device).model
@@ -98,15 +98,15 @@ def build_biomoe(shape: BenchShape, backend: str, precision: str, device: torch.
     if init is not None:
         model.load_state_dict(init.state_dict)  # copies into the bf16 parameters
     # The same start-up as training: precision check, TE layers where available, `auto` resolved.
-    from biomoe.te.runtime import prepare
+    from biomoe.backends.te.runtime import prepare
 
     runtime = prepare(model, config, device, announce=print)
     if activation_checkpointing:
-        from biomoe.activation_checkpointing import apply_activation_checkpointing
+        from biomoe.model.activation_checkpointing import apply_activation_checkpointing
 
         apply_activation_checkpointing(model)
     if compile_blocks:
-        from biomoe.compile import apply_compile
+        from biomoe.model.compile import apply_compile
 
         apply_compile(model)
     coefs = (config.aux_loss_coef, config.z_loss_coef)

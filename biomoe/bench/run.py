@@ -19,7 +19,7 @@ import torch
 from biomoe.bench.models import Contender, ReferenceInit, build_biomoe, build_hf, reference_init
 from biomoe.bench.shapes import SHAPES, BenchShape
 from biomoe.bench.timing import PEAK_BF16_TFLOPS, StepStats, free_memory, time_training
-from biomoe.config import LAYER_BACKEND_FIELDS
+from biomoe.model.config import LAYER_BACKEND_FIELDS
 
 PRECISIONS = ("bf16", "fp8-current", "fp8-block", "fp8-delayed")
 

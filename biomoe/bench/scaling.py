@@ -39,8 +39,8 @@ import yaml
 
 from biomoe.bench.shapes import BenchShape
 from biomoe.bench.timing import PEAK_BF16_TFLOPS
-from biomoe.config import ModelConfig, OptimConfig
-from biomoe.te.precision import parse_precision
+from biomoe.model.config import ModelConfig, OptimConfig
+from biomoe.backends.te.precision import parse_precision
 
 ROOT = Path(__file__).resolve().parents[2]
 PEAK_KEY_SUFFIX = "allocated_bytes.all.peak"
@@ -104,7 +104,7 @@ def _data_default(name: str) -> object:
     """``GenomeDataModule``'s default for ``name`` (imported only when needed: it pulls in Lightning)."""
     import inspect
 
-    from biomoe.data import GenomeDataModule
+    from biomoe.data.datamodule import GenomeDataModule
 
     return inspect.signature(GenomeDataModule.__init__).parameters[name].default
 

@@ -1,4 +1,4 @@
-"""Expert parallelism beside FSDP2, applied to a plain :class:`~biomoe.model.MoETransformer`.
+"""Expert parallelism beside FSDP2, applied to a plain :class:`~biomoe.model.transformer.MoETransformer`.
 
 The pieces, each in its own module (torchtitan's ``parallelize_*`` layout):
 

@@ -55,7 +55,7 @@ def consolidate(dcp_dir: str | os.PathLike, out_file: str | os.PathLike) -> Path
     single-device run). Load it with ``BioMoEModule.load_from_checkpoint`` or ``ckpt_path`` for
     validate/test/predict.
     """
-    from biomoe.checkpoint import atomic_torch_save
+    from biomoe.training.checkpoint_io import atomic_torch_save
 
     dcp_dir = Path(dcp_dir)
     checkpoint = torch.load(dcp_dir / META_FILENAME, map_location="cpu", weights_only=False)

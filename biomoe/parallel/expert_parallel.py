@@ -22,9 +22,9 @@ from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
-from biomoe.moe.dispatch import DispatchResult, LocalDispatcher, TokenDispatcher
-from biomoe.moe.layer import MoELayer
-from biomoe.moe.router import RoutingResult
+from biomoe.model.moe.dispatch import DispatchResult, LocalDispatcher, TokenDispatcher
+from biomoe.model.moe.layer import MoELayer
+from biomoe.model.moe.router import RoutingResult
 from biomoe.parallel.comm import all_to_all, all_to_all_raw
 
 

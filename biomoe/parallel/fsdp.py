@@ -13,7 +13,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Shard
 
-from biomoe.moe.layer import MoELayer
+from biomoe.model.moe.layer import MoELayer
 
 
 def set_gradient_divide_factor(module: nn.Module, factor: float, mesh: DeviceMesh) -> None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from biomoe.config import ConfigError, ModelConfig
-from biomoe.model import MoETransformer
-from biomoe.moe.dispatch import LocalDispatcher
-from biomoe.moe.experts import Experts, build_backend
-from biomoe.moe.router import TopKRouter
-from biomoe.te.availability import device_info, te_installed
-from biomoe.te.precision import PrecisionContext, resolve_precision, te_support_checker
+from biomoe.model.config import ConfigError, ModelConfig
+from biomoe.model.transformer import MoETransformer
+from biomoe.model.moe.dispatch import LocalDispatcher
+from biomoe.model.moe.experts import Experts, build_backend
+from biomoe.model.moe.router import TopKRouter
+from biomoe.backends.te.availability import device_info, te_installed
+from biomoe.backends.te.precision import PrecisionContext, resolve_precision, te_support_checker
 
 pytestmark = [
     pytest.mark.gpu,
@@ -75,7 +75,7 @@ def test_te_backends_match_loop_in_bf16(name):
 
 def test_te_fused_interleaved_layout_matches_loop():
     """The 32-row interleave used where TE can fuse (Blackwell) must not change the math."""
-    from biomoe.te.experts import TEFusedMLPBackend
+    from biomoe.backends.te.experts import TEFusedMLPBackend
 
     case = make_case(COUNTS)
     ref_out, ref_grads = run_backend(build_backend("loop"), *case)
@@ -136,7 +136,7 @@ def small_config(**kw) -> ModelConfig:
 
 
 def test_checkpoint_interchange_across_all_backends_and_te_layers():
-    from biomoe.te.runtime import prepare
+    from biomoe.backends.te.runtime import prepare
 
     torch.manual_seed(0)
     ids = torch.randint(0, 64, (2, 128), device=DEV)
@@ -159,7 +159,7 @@ def test_checkpoint_interchange_across_all_backends_and_te_layers():
 
 
 def test_te_router_matches_torch_router():
-    from biomoe.te.router import use_te_router
+    from biomoe.backends.te.router import use_te_router
 
     torch.manual_seed(0)
     torch_router = TopKRouter(256, 8, 2).to(DEV)
@@ -183,7 +183,7 @@ def test_te_router_matches_torch_router():
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8-current"])
 def test_te_permute_dispatcher_matches_local(precision):
-    from biomoe.te.dispatch import TEPermuteDispatcher
+    from biomoe.backends.te.dispatch import TEPermuteDispatcher
 
     torch.manual_seed(0)
     router = TopKRouter(256, 8, 2).to(DEV)
@@ -213,7 +213,7 @@ def test_te_permute_dispatcher_gradients_match_local(precision, probs_applied):
     tokens and the router must be the local dispatcher's. Permutation only moves rows, so they agree
     to bf16 rounding whatever the recipe. (Written after 2-layer fp8-block runs on one GPU, the only
     path through the padded permute, diverged at step 2 where the multi-GPU runs did not.)"""
-    from biomoe.te.dispatch import TEPermuteDispatcher
+    from biomoe.backends.te.dispatch import TEPermuteDispatcher
 
     def grads(dispatcher):
         torch.manual_seed(0)
@@ -239,7 +239,7 @@ def test_te_permute_dispatcher_gradients_match_local(precision, probs_applied):
 
 def train_losses(precision: str, steps: int = 50) -> list[float]:
     """Tiny model on a learnable periodic DNA-like sequence with the full TE runtime."""
-    from biomoe.te.runtime import prepare
+    from biomoe.backends.te.runtime import prepare
 
     torch.manual_seed(0)
     model = MoETransformer(small_config(expert_backend="auto", precision=precision)).to(DEV)
@@ -290,8 +290,8 @@ def test_whole_model_gradients_with_te_layers_match_torch_layers(param_dtype):
     with the TE layers installed (pure bf16 parameters) while the torch-only path fell: this pins
     down whether any TE swap changes the gradients of the whole model.
     """
-    from biomoe.losses import masked_cross_entropy
-    from biomoe.te.runtime import prepare
+    from biomoe.model.losses import masked_cross_entropy
+    from biomoe.backends.te.runtime import prepare
 
     torch.manual_seed(0)
     ids = torch.randint(4, 8, (2, 256), device=DEV)
@@ -324,8 +324,8 @@ def test_whole_model_gradients_with_te_layers_match_torch_layers(param_dtype):
 
 def test_adamw_on_a_fixed_batch_lowers_the_loss_with_te_layers():
     """Pure-bf16 parameters, as in the benchmark: 10 AdamW steps on one batch must lower its loss."""
-    from biomoe.losses import masked_cross_entropy
-    from biomoe.te.runtime import prepare
+    from biomoe.model.losses import masked_cross_entropy
+    from biomoe.backends.te.runtime import prepare
 
     torch.manual_seed(0)
     model = MoETransformer(small_config(expert_backend="grouped")).to(DEV, torch.bfloat16)
@@ -351,8 +351,8 @@ def test_activation_checkpointing_under_fp8_matches_no_checkpointing(precision, 
     """Recomputation must run under the forward's FP8 recipe: torch's checkpoint alone replays
     the blocks outside te.autocast and raised CheckpointError on the 32-layer Mixtral run.
     (fp8-delayed is refused with activation checkpointing: its recomputation differs by 4 %.)"""
-    from biomoe.activation_checkpointing import apply_activation_checkpointing
-    from biomoe.te.runtime import prepare
+    from biomoe.model.activation_checkpointing import apply_activation_checkpointing
+    from biomoe.backends.te.runtime import prepare
 
     import transformer_engine.pytorch.distributed as te_distributed
 
@@ -393,11 +393,11 @@ def test_repeat_mixture_callback_on_gpu_matches_the_scorer(tmp_path):
     mixed number must still be the scorer's on the same weights (the scorer mirrors that forward)."""
     import lightning as L
 
-    from biomoe.config import OptimConfig
-    from biomoe.data import GenomeDataModule
-    from biomoe.module import BioMoEModule
-    from biomoe.repeat_metric import RepeatMixture
-    from biomoe.repeat_score import score
+    from biomoe.model.config import OptimConfig
+    from biomoe.data.datamodule import GenomeDataModule
+    from biomoe.training.module import BioMoEModule
+    from biomoe.training.repeat_mixture import RepeatMixture
+    from biomoe.genomics.repeat_mix import score
     from conftest import random_dna
 
     unit = random_dna(400, 1)

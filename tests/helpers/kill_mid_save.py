@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from biomoe.checkpoint import AtomicCheckpointIO
+from biomoe.training.checkpoint_io import AtomicCheckpointIO
 
 target, marker, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 state = {"written": 0, "tmp": None}

@@ -1,0 +1,346 @@
+"""Expert backends on Transformer Engine: ``te`` (two GroupedLinear) and ``te_fused`` (te.ops).
+
+Weights: both backends compute with the :class:`~biomoe.model.moe.experts.Experts` stacked parameters
+``gate_up_proj [E, 2F, H]`` and ``down_proj [E, H, F]`` and own no weights of their own, so
+checkpoints move freely between ``loop``, ``grouped``, ``te`` and ``te_fused``. TE's modules
+normally own ``weight{i}`` parameters; here they are built on the meta device, their weight
+parameters are deleted, and each call hands them ``stacked[i]`` views. The views are autograd
+inputs of TE's own autograd functions, so weight gradients flow back into the stacked parameter
+and FP8 quantisation of the weights happens inside TE exactly as for its own parameters.
+
+- ``te``: ``GroupedLinear(gate_up) → SwiGLU (torch) → GroupedLinear(down)``; combine applies the
+  routing weights.
+- ``te_fused``: ``te.ops.Sequential(GroupedLinear, ScaledSwiGLU, GroupedLinear)`` with the routing
+  weights as ScaledSwiGLU's per-row scale (``applies_probs=True``). TE fuses it into one CuTe
+  kernel only on Blackwell with MXFP8/NVFP4 and ``glu_interleave_size=32``; elsewhere it runs
+  unfused. Our gate-then-up layout *is* TE's non-interleaved SwiGLU layout (SiLU on the first
+  half), so on Hopper no permutation is needed; where fusion is possible the rows are permuted
+  into 32-row interleaved blocks on the fly (a copy per step, tested against ``loop``).
+
+FP8 needs every expert's row group to be a multiple of the recipe's alignment (16 per-tensor and
+block FP8, 32 MXFP8, 128 NVFP4). A TE dispatcher pads already; for any other dispatcher the
+backend pads the groups itself with zero rows and drops them afterwards.
+
+Importing this module never imports TE; the backends do so on first call.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from biomoe.model.moe.experts import ExpertBackend, register_expert_backend, swiglu
+from biomoe.backends.te.availability import DeviceInfo, device_info, te_usable
+from biomoe.backends.te.precision import active_alignment
+
+log = logging.getLogger(__name__)
+
+FUSED_MLP_CAPABILITY_MAJOR = 10
+GLU_INTERLEAVE = 32
+
+
+# ------------------------------------------------------------------------------ row padding
+class GroupPadding:
+    """Pads each expert's row group to a multiple of ``align`` (zero rows) and undoes it.
+
+    Built from host counts (the TE legacy path syncs for them anyway). ``dest`` maps every real
+    row to its place in the padded buffer; padding rows stay zero, so they add nothing to
+    weight gradients.
+    """
+
+    def __init__(self, counts: list[int], align: int, device: torch.device) -> None:
+        self.counts = counts
+        self.padded_counts = [int(math.ceil(c / align) * align) for c in counts]
+        self.total = sum(counts)
+        self.padded_total = sum(self.padded_counts)
+        src = torch.tensor([0] + counts[:-1], device=device).cumsum(0)
+        dst = torch.tensor([0] + self.padded_counts[:-1], device=device).cumsum(0)
+        shift = torch.repeat_interleave(dst - src, torch.tensor(counts, device=device),
+                                        output_size=self.total)
+        self.dest = torch.arange(self.total, device=device) + shift
+
+    @property
+    def needed(self) -> bool:
+        return self.padded_total != self.total
+
+    def pad(self, rows: Tensor) -> Tensor:
+        out = rows.new_zeros(self.padded_total, *rows.shape[1:])
+        return out.index_copy(0, self.dest, rows)
+
+    def unpad(self, rows: Tensor) -> Tensor:
+        return rows.index_select(0, self.dest)
+
+
+def _empty_result(rows: Tensor, gate_up: Tensor, down: Tensor) -> Tensor:
+    """No routed rows: an empty output that still depends on the weights (zero grads, not None)."""
+    return rows.new_zeros(0, down.shape[1]) + 0 * (gate_up.sum() + down.sum()).to(rows.dtype)
+
+
+def interleave_glu_rows(gate_up: Tensor, block: int = GLU_INTERLEAVE) -> Tensor:
+    """``[E, 2F, H]`` gate-then-up → TE's block-interleaved ``[g0:b, u0:b, gb:2b, ub:2b, ...]``."""
+    e, two_f, h = gate_up.shape
+    f = two_f // 2
+    return gate_up.view(e, 2, f // block, block, h).transpose(1, 2).reshape(e, two_f, h)
+
+
+# ----------------------------------------------------------------- TE modules fed our weights
+@functools.lru_cache(maxsize=None)
+def _stacked_grouped_linear_class() -> type:
+    """Subclass of ``te.GroupedLinear`` whose ``weight{i}`` come from a stacked tensor per call."""
+    import transformer_engine.pytorch as te
+
+    class StackedGroupedLinear(te.GroupedLinear):
+        """``te.GroupedLinear`` without parameters of its own (ours are passed to forward)."""
+
+        def __init__(self, num_gemms: int, in_features: int, out_features: int,
+                     device: torch.device, dtype: torch.dtype) -> None:
+            super().__init__(num_gemms, in_features, out_features, bias=False, device="meta",
+                             params_dtype=dtype)
+            for i in range(num_gemms):
+                del self._parameters[f"weight{i}"]
+                # bias=False leaves empty placeholder tensors; they must live on the real device.
+                setattr(self, f"bias{i}", torch.empty(0, dtype=dtype, device=device))
+            self._stacked: Tensor | None = None
+
+        def _get_weight_tensors(self) -> list[Tensor]:
+            assert self._stacked is not None, "StackedGroupedLinear called without weights"
+            return list(self._stacked.unbind(0))
+
+        def forward(self, inp: Tensor, m_splits: Any, stacked: Tensor) -> Tensor:  # type: ignore[override]
+            self._stacked = stacked
+            try:
+                return super().forward(inp, m_splits)
+            finally:
+                self._stacked = None
+
+    return StackedGroupedLinear
+
+
+class _TEBackendBase(ExpertBackend):
+    """Shared plumbing: lazy TE module construction, zero-row and FP8 padding handling."""
+
+    def __init__(self) -> None:
+        self._built_for: tuple | None = None
+
+    def _ensure_built(self, rows: Tensor, gate_up: Tensor, down: Tensor) -> None:
+        key = (rows.device, rows.dtype, tuple(gate_up.shape), tuple(down.shape))
+        if self._built_for != key:
+            self._build(rows.device, rows.dtype, gate_up.shape[0], gate_up.shape[2], down.shape[2])
+            self._built_for = key
+
+    def _build(self, device: torch.device, dtype: torch.dtype, experts: int, hidden: int,
+               ffn: int) -> None:
+        raise NotImplementedError
+
+    def _compute(self, rows: Tensor, splits: Tensor, gate_up: Tensor, down: Tensor,
+                 probs: Tensor | None) -> Tensor:
+        raise NotImplementedError
+
+    def __call__(self, rows, tokens_per_expert, gate_up, down, probs=None):
+        if not rows.is_cuda:
+            raise RuntimeError(f"expert backend {self.name!r} needs CUDA tensors (got {rows.device}); "
+                               "use expert_backend: grouped or auto on CPU")
+        if rows.shape[0] == 0:
+            return _empty_result(rows, gate_up, down)
+        self._ensure_built(rows, gate_up, down)
+        align = active_alignment()
+        padding = None
+        if align > 1:
+            padding = GroupPadding([int(c) for c in tokens_per_expert.tolist()], align, rows.device)
+            if not padding.needed:
+                padding = None
+        if padding is not None:
+            rows = padding.pad(rows)
+            probs = padding.pad(probs) if probs is not None else None
+            splits = torch.tensor(padding.padded_counts, dtype=torch.int64, device=rows.device)
+        else:
+            splits = tokens_per_expert.to(torch.int64)
+        out = self._compute(rows, splits, gate_up, down, probs)
+        return padding.unpad(out) if padding is not None else out
+
+
+@register_expert_backend("te")
+class TEGroupedLinearBackend(_TEBackendBase):
+    """Two ``te.GroupedLinear`` (gate-up, down) with a torch SwiGLU between them."""
+
+    name = "te"
+
+    def _build(self, device, dtype, experts, hidden, ffn):
+        cls = _stacked_grouped_linear_class()
+        self.fc1 = cls(experts, hidden, 2 * ffn, device, dtype)
+        self.fc2 = cls(experts, ffn, hidden, device, dtype)
+        log.info("te experts: te.GroupedLinear x2 (E=%d, H=%d, F=%d, %s)", experts, hidden, ffn, dtype)
+
+    def _compute(self, rows, splits, gate_up, down, probs):
+        # Host list: the legacy GroupedLinear path calls .tolist() on GPU splits anyway.
+        m_splits = splits.tolist()
+        hidden = swiglu(self.fc1(rows, m_splits, gate_up))
+        return self.fc2(hidden, m_splits, down)
+
+
+@register_expert_backend("te_fused")
+class TEFusedMLPBackend(_TEBackendBase):
+    """``te.ops.Sequential(GroupedLinear, ScaledSwiGLU, GroupedLinear)``; routing weights inside."""
+
+    name = "te_fused"
+    applies_probs = True
+
+    def __init__(self, interleave: bool | None = None) -> None:
+        super().__init__()
+        self.interleave = interleave  # None: decide from the device (only Blackwell can fuse)
+        self.fused_path: str = "not run"
+
+    def _build(self, device, dtype, experts, hidden, ffn):
+        import transformer_engine.pytorch as te
+        from transformer_engine.pytorch import ops
+
+        info = device_info(device)
+        if self.interleave is None:
+            self.interleave = bool(info and info.capability[0] == FUSED_MLP_CAPABILITY_MAJOR
+                                   and ffn % GLU_INTERLEAVE == 0)
+        fc1 = ops.GroupedLinear(experts, hidden, 2 * ffn, bias=False, device="meta", dtype=dtype)
+        act = ops.ScaledSwiGLU(glu_interleave_size=GLU_INTERLEAVE if self.interleave else None)
+        fc2 = ops.GroupedLinear(experts, ffn, hidden, bias=False, device="meta", dtype=dtype)
+        for op in (fc1, fc2):
+            for i in range(experts):
+                del op._parameters[f"weight{i}"]
+        self.ops = (fc1, act, fc2)
+        self.mlp = ops.Sequential(fc1, act, fc2)
+        self.num_experts = experts
+        self._device_info = info
+        del te
+        log.info("te_fused experts: te.ops GroupedLinear→ScaledSwiGLU(interleave=%s)→GroupedLinear "
+                 "(E=%d, H=%d, F=%d, %s)", GLU_INTERLEAVE if self.interleave else None,
+                 experts, hidden, ffn, dtype)
+
+    def _install_weights(self, gate_up: Tensor, down: Tensor) -> None:
+        """Hand the ops this step's weight views and make them autograd inputs of the fuser.
+
+        te.ops reads ``op.weight{i}`` and passes the fuser's flat parameter list into its
+        autograd function, returning one gradient per entry; both must be our views."""
+        fc1, _, fc2 = self.ops
+        w1 = list(gate_up.unbind(0))
+        w2 = list(down.unbind(0))
+        for op, ws in ((fc1, w1), (fc2, w2)):
+            for i, w in enumerate(ws):
+                op.__dict__[f"weight{i}"] = w
+        for fuser in self._fusers():
+            fuser._basic_op_params = [w1 if op is fc1 else w2 if op is fc2 else []
+                                      for op in fuser._basic_ops]
+            fuser._basic_op_num_params = [len(p) for p in fuser._basic_op_params]
+            fuser._flat_basic_op_params = sum(fuser._basic_op_params, [])
+
+    def _fusers(self) -> list:
+        from transformer_engine.pytorch.ops.fuser import OperationFuser
+
+        groups = self.mlp._module_groups
+        if groups is None:
+            groups = self.mlp._module_groups = self.mlp._make_module_groups(self.mlp._modules.values())
+        return [g for g in groups if isinstance(g, OperationFuser)]
+
+    def _compute(self, rows, splits, gate_up, down, probs):
+        if probs is None:
+            raise RuntimeError("te_fused applies routing weights itself and needs per-row probs")
+        if self._ops_lack_recipe():
+            # Measured on an H200 with TE 2.20.2: the te.ops grouped GEMM finds no cuBLAS
+            # algorithm for Float8BlockScaling on sm_90 (te.GroupedLinear does). Same precision,
+            # other kernels; said once in the log, never silently.
+            if self.fused_path == "not run":
+                self.fused_path = ("te.GroupedLinear x2 + scaled SwiGLU (te.ops has no sm_90 "
+                                   "Float8BlockScaling grouped GEMM in TE 2.20.2)")
+                log.warning("te_fused: %s", self.fused_path)
+            out = self._module_path(rows, splits.tolist(), gate_up, down)
+            return out * probs.unsqueeze(-1).to(out.dtype)
+        if self.interleave:
+            gate_up = interleave_glu_rows(gate_up)
+        self._install_weights(gate_up, down)
+        out = self.mlp(rows, splits, probs.to(rows.dtype), splits)
+        self._record_path()
+        return out
+
+    def _ops_lack_recipe(self) -> bool:
+        from biomoe.backends.te.precision import fp8_recipe_active
+
+        if not fp8_recipe_active():
+            return False
+        from transformer_engine.pytorch.quantization import FP8GlobalStateManager
+
+        recipe = FP8GlobalStateManager.get_fp8_recipe()
+        on_hopper = self._device_info is not None and self._device_info.capability[0] == 9
+        return on_hopper and recipe.float8_block_scaling()
+
+    def _module_path(self, rows: Tensor, m_splits: list[int], gate_up: Tensor, down: Tensor) -> Tensor:
+        if not hasattr(self, "_fallback"):
+            self._fallback = TEGroupedLinearBackend()
+        fb = self._fallback
+        fb._ensure_built(rows, gate_up, down)
+        return fb.fc2(swiglu(fb.fc1(rows, m_splits, gate_up)), m_splits, down)
+
+    def _record_path(self) -> None:
+        """Which kernels ran: the fused CuTe GroupedMLP or the unfused ops (logged once)."""
+        if self.fused_path != "not run":
+            return
+        names = []
+        for fuser in self._fusers():
+            names += [type(op).__name__ for op, _ in fuser._forward_ops]
+        fused = any("GroupedMLP" in n for n in names)
+        self.fused_path = ("fused " if fused else "unfused ") + "+".join(names)
+        log.info("te_fused forward ran: %s", self.fused_path)
+
+
+# ------------------------------------------------------------------------------- backend: auto
+def choose_expert_backend(info: DeviceInfo | None, te_available: bool, precision: str,
+                          hidden: int, ffn: int) -> tuple[str, str]:
+    """Pick the expert backend for this device and precision; returns (name, reason).
+
+    From measurements on one H200 (fwd+bwd, issue #3): at Mixtral expert shapes
+    ``torch._grouped_mm`` and TE bf16 grouped GEMMs both reach ≈650 TFLOP/s, and ``grouped`` needs
+    no host sync, so bf16 → ``grouped``. TE FP8 (current/delayed) reaches ≈1000 TFLOP/s at 32k
+    routed rows and ≈660–740 at 8k rows — never slower than bf16 — so an FP8 precision → ``te``
+    (the only way experts compute in FP8 at all); on Hopper the ``te.ops`` path (``te_fused``,
+    unfused there) measured faster end to end than ``te`` for all three FP8 recipes in ``make bench``
+    on mixtral-2layer (results/bench/bench.md), so Hopper + FP8 → ``te_fused``. On Blackwell with MXFP8/NVFP4 the ops path
+    fuses into one kernel → ``te_fused``. Without CUDA or TE → ``grouped`` (which itself falls
+    back to the loop where ``_grouped_mm`` cannot run).
+    """
+    if info is None:
+        return "grouped", "no CUDA device"
+    if not te_available:
+        return "grouped", "Transformer Engine not installed"
+    if precision == "bf16":
+        return "grouped", "bf16: torch._grouped_mm matches TE bf16 (~650 TFLOP/s on H200) without a host sync"
+    fusable = (info.capability[0] == FUSED_MLP_CAPABILITY_MAJOR and precision in ("mxfp8", "nvfp4")
+               and hidden % 64 == 0 and ffn % 64 == 0)
+    if fusable:
+        return "te_fused", f"{precision} on sm_{info.capability[0]}{info.capability[1]}: fused GroupedMLP kernel"
+    if info.capability[0] == 9:
+        return "te_fused", (f"{precision} on Hopper: te.ops grouped MLP (unfused) measured fastest "
+                            "(make bench, mixtral-2layer, H200: 71.5k/74.6k/75.7k tokens/s vs te's "
+                            "67.6k/73.3k/74.1k for fp8-current/block/delayed)")
+    return "te", f"{precision}: TE FP8 grouped GEMMs (~660-1000 TFLOP/s on H200 vs ~650 bf16)"
+
+
+class _AutoResolver:
+    """Registry hook used by ``resolve_backend_name('auto')`` when no runtime has chosen yet."""
+
+    precision: str = "bf16"
+
+    def choose(self, device: torch.device | None, dtype: torch.dtype | None) -> str:
+        info = device_info(device) if device is not None and device.type == "cuda" else None
+        name, reason = choose_expert_backend(info, te_usable(device), _AutoResolver.precision,
+                                             hidden=1024, ffn=1024)
+        log.info("expert backend auto -> %s (%s)", name, reason)
+        return name
+
+
+register_expert_backend("__auto__")(_AutoResolver)
+
+
+def set_auto_precision(precision: str) -> None:
+    """Tell the ``auto`` resolver which precision the run uses (set by the runtime at start-up)."""
+    _AutoResolver.precision = precision

@@ -1,0 +1,88 @@
+"""TE RMSNorm and DotProductAttention on GPU, with the torch path's state_dict keys.
+
+- Norms: each ``nn.RMSNorm`` becomes :class:`TERMSNorm` (same class hierarchy, same ``weight``
+  parameter). On CUDA its forward runs a ``te.RMSNorm`` that shares that very Parameter object,
+  kept outside the module tree so no TE ``_extra_state`` key appears; on CPU it is the torch op.
+- Attention: :class:`TECoreAttention` is installed as ``Attention.core_attention`` and replaces
+  only the SDPA call (causal, GQA natively via ``num_gqa_groups``). It has no parameters. RoPE is
+  still applied by :func:`biomoe.model.transformer.apply_rotary` before it, so the math matches the torch path.
+  Inputs that are not bf16/fp16 (no autocast) or not on CUDA fall back to SDPA.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class TERMSNorm(nn.RMSNorm):
+    """``nn.RMSNorm`` whose CUDA forward is TE's RMSNorm kernel (weights shared, not copied)."""
+
+    backend_name = "te.RMSNorm"
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not x.is_cuda:
+            return super().forward(x)
+        te_norm = self.__dict__.get("_te_norm")
+        if te_norm is None or te_norm.weight is not self.weight:
+            te_norm = self.build_te_norm(x.dtype)
+        return te_norm(x)
+
+    def build_te_norm(self, dtype: torch.dtype | None = None):
+        """Create the TE module sharing our weight. Done at start-up where possible (see
+        :func:`use_te_norm`) because constructing a module inside a ``torch.compile``'d region fails."""
+        import transformer_engine.pytorch as te
+
+        eps = self.eps if self.eps is not None else torch.finfo(dtype or self.weight.dtype).eps
+        te_norm = te.RMSNorm(self.normalized_shape[-1], eps=eps, device=self.weight.device,
+                             dtype=self.weight.dtype)
+        te_norm.weight = self.weight  # share the Parameter: grads and optimizer see one tensor
+        self.__dict__["_te_norm"] = te_norm  # not a submodule: keeps state_dict keys unchanged
+        return te_norm
+
+
+def use_te_norm(norm: nn.RMSNorm) -> nn.RMSNorm:
+    """Convert in place (parameters untouched); build the TE module now if the weight is on CUDA."""
+    if type(norm) is nn.RMSNorm and len(norm.normalized_shape) == 1:
+        norm.__class__ = TERMSNorm
+        if norm.weight is not None and norm.weight.is_cuda:
+            norm.build_te_norm()
+    return norm
+
+
+class TECoreAttention:
+    """Causal GQA attention through ``te.DotProductAttention`` (cuDNN fused / flash kernels).
+
+    A plain object (no parameters, no state) so that installing it changes no state_dict key.
+    """
+
+    backend_name = "te.DotProductAttention"
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self._dpa = None
+        self.calls_te = 0
+        self.calls_fallback = 0
+
+    def _module(self):
+        if self._dpa is None:
+            import transformer_engine.pytorch as te
+
+            self._dpa = te.DotProductAttention(
+                self.num_heads, self.head_dim, num_gqa_groups=self.num_kv_heads,
+                attention_dropout=0.0, qkv_format="bshd", attn_mask_type="causal")
+        return self._dpa
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """q [b, h, s, d], k/v [b, h_kv, s, d] → [b, s, h·d]."""
+        b, _, s, _ = q.shape
+        if not q.is_cuda or q.dtype not in (torch.bfloat16, torch.float16):
+            self.calls_fallback += 1
+            repeat = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return out.transpose(1, 2).reshape(b, s, -1)
+        self.calls_te += 1
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # → bshd
+        return self._module()(q, k, v).reshape(b, s, -1)

@@ -1,0 +1,209 @@
+"""Precision names → Transformer Engine recipes, the start-up capability check, and the autocast.
+
+The config names a precision (``bf16 | fp8-delayed | fp8-current | fp8-block | mxfp8 | nvfp4``).
+At start-up :func:`resolve_precision` checks that this GPU can run it. If not, it raises a
+:class:`~biomoe.model.config.ConfigError` whose message is ONE line naming the GPU, its compute
+capability and the precisions that do work, unless the config names a fallback, which is then
+used and logged. A precision is never downgraded silently.
+
+The recipe is entered with ``te.autocast`` around the model forward only (TE runs the backward
+with the recipe recorded in forward). Only TE modules see the recipe: the router and the LM head
+are plain torch layers and so stay in bf16/fp32 by construction.
+
+Nothing in this module imports TE at import time; the tables and the message are CPU-testable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from biomoe.model.config import ConfigError
+from biomoe.backends.te.availability import DeviceInfo
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PrecisionSpec:
+    """What one precision needs. ``max_capability`` is exclusive (MXFP8 is not on sm_12x)."""
+
+    name: str
+    min_capability: tuple[int, int]
+    max_capability: tuple[int, int] | None
+    alignment: int
+    """Rows per expert group must be a multiple of this under the recipe (TE's quantisation tiles)."""
+    needs: str
+    """Human-readable requirement, used in the README and in error messages."""
+
+
+PRECISIONS: dict[str, PrecisionSpec] = {
+    "bf16": PrecisionSpec("bf16", (0, 0), None, 1, "any device (TE kernels on sm_80+)"),
+    "fp8-delayed": PrecisionSpec("fp8-delayed", (8, 9), None, 16, "sm_89+ (Ada, Hopper, Blackwell)"),
+    "fp8-current": PrecisionSpec("fp8-current", (8, 9), None, 16, "sm_89+ (Ada, Hopper, Blackwell)"),
+    "fp8-block": PrecisionSpec("fp8-block", (9, 0), None, 16, "sm_90+ (Hopper; CUDA >= 12.9)"),
+    "mxfp8": PrecisionSpec("mxfp8", (10, 0), (12, 0), 32, "sm_100/sm_103 (Blackwell B200/B300)"),
+    "nvfp4": PrecisionSpec("nvfp4", (10, 0), (12, 0), 128, "sm_100/sm_103 (Blackwell B200/B300)"),
+}
+
+# Injected in tests to fake TE's own support checks; maps precision name -> (ok, reason).
+SupportChecker = Callable[[str], "tuple[bool, str]"]
+
+
+def parse_precision(name: str) -> str:
+    """Normalise a precision name (case, ``_`` for ``-``) or raise a one-line ConfigError."""
+    key = str(name).strip().lower().replace("_", "-")
+    if key not in PRECISIONS:
+        raise ConfigError(f"precision {name!r} is unknown; choose one of {', '.join(PRECISIONS)}")
+    return key
+
+
+def capability_allows(name: str, capability: tuple[int, int]) -> bool:
+    spec = PRECISIONS[name]
+    if capability < spec.min_capability:
+        return False
+    return spec.max_capability is None or capability < spec.max_capability
+
+
+def te_support_checker(name: str) -> tuple[bool, str]:
+    """TE's own verdict (it also knows CUDA/cuBLAS versions). Call only where TE imports."""
+    if name == "bf16":
+        return True, ""
+    from transformer_engine.pytorch import quantization as q
+
+    check = {"fp8-delayed": q.check_fp8_support, "fp8-current": q.check_fp8_support,
+             "fp8-block": q.check_fp8_block_scaling_support, "mxfp8": q.check_mxfp8_support,
+             "nvfp4": q.check_nvfp4_support}[name]
+    ok, reason = check()
+    return bool(ok), str(reason)
+
+
+def supported_precisions(info: DeviceInfo | None, te_available: bool,
+                         checker: SupportChecker | None = None) -> list[str]:
+    """Precisions that can run here. Without a GPU or TE only ``bf16`` (the torch path) works."""
+    if info is None or not te_available:
+        return ["bf16"]
+    works = []
+    for name in PRECISIONS:
+        if not capability_allows(name, info.capability):
+            continue
+        if checker is not None and not checker(name)[0]:
+            continue
+        works.append(name)
+    return works
+
+
+def unsupported_message(name: str, info: DeviceInfo | None, te_available: bool,
+                        supported: list[str]) -> str:
+    """The one line shown when a precision cannot run: which GPU, its capability, what works."""
+    if info is None:
+        where = "this machine has no CUDA GPU"
+    else:
+        where = f"this GPU is {info.name} (compute capability {info.capability_str})"
+    if info is not None and not te_available:
+        where += " and Transformer Engine is not installed (pip install biomoe[te])"
+    return (f"model.config.precision={name!r} needs {PRECISIONS[name].needs}, but {where}; "
+            f"precisions that work here: {', '.join(supported)} "
+            f"(or set model.config.precision_fallback)")
+
+
+def resolve_precision(requested: str, fallback: str | None, info: DeviceInfo | None,
+                      te_available: bool, checker: SupportChecker | None = None) -> str:
+    """The precision to run, after the start-up check. Raises ConfigError (one line) if impossible."""
+    name = parse_precision(requested)
+    supported = supported_precisions(info, te_available, checker)
+    if name in supported:
+        return name
+    message = unsupported_message(name, info, te_available, supported)
+    if fallback is None:
+        raise ConfigError(message)
+    fallback_name = parse_precision(fallback)
+    if fallback_name not in supported:
+        raise ConfigError(f"{message}; the configured fallback {fallback_name!r} cannot run either")
+    log.warning("precision %s cannot run here (%s); using the configured fallback %s",
+                name, message, fallback_name)
+    return fallback_name
+
+
+def make_recipe(name: str) -> Any | None:
+    """The TE recipe object for a precision name (``None`` for bf16: no quantisation)."""
+    name = parse_precision(name)
+    if name == "bf16":
+        return None
+    from transformer_engine.common import recipe as r
+
+    if name == "fp8-delayed":
+        # HYBRID = E4M3 forward, E5M2 gradients; max over a 16-step amax history.
+        return r.DelayedScaling(fp8_format=r.Format.HYBRID, amax_history_len=16,
+                                amax_compute_algo="max")
+    if name == "fp8-current":
+        return r.Float8CurrentScaling(fp8_format=r.Format.HYBRID)
+    if name == "fp8-block":
+        return r.Float8BlockScaling()
+    if name == "mxfp8":
+        return r.MXFP8BlockScaling()
+    return r.NVFP4BlockScaling()
+
+
+_AMAX_GROUP: Any = None
+
+
+def set_amax_reduction_group(group: Any) -> None:
+    """Hook for the distributed strategy: the process group over which delayed-scaling amaxes are
+    reduced. Every rank that holds a replica of the same weights must agree on the scales, so this
+    is the data-parallel group (for experts under EP: the ranks that hold the same experts)."""
+    global _AMAX_GROUP
+    _AMAX_GROUP = group
+
+
+def amax_reduction_group() -> Any:
+    """The configured group, else WORLD when torch.distributed runs with > 1 rank, else None."""
+    if _AMAX_GROUP is not None:
+        return _AMAX_GROUP
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.group.WORLD
+    return None
+
+
+class PrecisionContext:
+    """Enters ``te.autocast`` with the resolved recipe; a no-op for bf16 or without TE."""
+
+    def __init__(self, name: str, use_te: bool) -> None:
+        self.name = parse_precision(name)
+        self.use_te = use_te
+        self.recipe = make_recipe(self.name) if use_te else None
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        if not self.use_te or self.recipe is None:
+            yield
+            return
+        import transformer_engine.pytorch as te
+
+        with te.autocast(enabled=True, recipe=self.recipe,
+                         amax_reduction_group=amax_reduction_group()):
+            yield
+
+    def __repr__(self) -> str:
+        return f"PrecisionContext({self.name}, recipe={type(self.recipe).__name__ if self.recipe else None})"
+
+
+def fp8_recipe_active() -> bool:
+    """True inside TE's FP8 autocast. Never imports TE: if it is not loaded, no recipe is active."""
+    te_quantization = sys.modules.get("transformer_engine.pytorch.quantization")
+    return te_quantization is not None and bool(te_quantization.FP8GlobalStateManager.is_fp8_enabled())
+
+
+def active_alignment() -> int:
+    """Row alignment the active TE recipe needs per expert group (1 outside an FP8 autocast)."""
+    if not fp8_recipe_active():
+        return 1
+    from transformer_engine.pytorch.quantization import (FP8GlobalStateManager,
+                                                         get_align_size_for_quantization)
+
+    return int(get_align_size_for_quantization(FP8GlobalStateManager.get_fp8_recipe()))

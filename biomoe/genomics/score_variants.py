@@ -1,0 +1,166 @@
+"""``biomoe score-variants``: zero-shot variant effects as a log-likelihood ratio.
+
+For a substitution at 1-based ``position`` the model scores a window of ``window`` bases centred on
+it (shifted inward at contig ends) twice, with the reference and with the alternative allele, and
+reports ``llr = log p(alt window) - log p(ref window)`` in nats. The model is causal, so the window
+must include the bases *after* the variant: they are where a change to, e.g., a motif shows up as
+surprise. Negative values mean the model finds the alternative less likely.
+
+The table is TSV with columns contig, position, ref, alt (an optional header line and ``#``
+comments are skipped). Substitutions of any length are scored (ref and alt of equal length);
+indels are refused, because windows of different lengths are not comparable by summed likelihood.
+A reference allele that does not match the genome stops with one line naming the variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from biomoe.errors import GenomeInputError
+from biomoe.data.fasta import Genome
+from biomoe.inference.scoring import load_model, sequence_log_likelihood
+from biomoe.model.transformer import MoETransformer
+from biomoe.genomics.score_fasta import positive_int, write_output
+
+__all__ = ["Variant", "read_variants", "score_variants", "main"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    contig: str
+    position: int  # 1-based, as in VCF
+    ref: str
+    alt: str
+
+    def label(self) -> str:
+        return f"{self.contig}:{self.position} {self.ref}>{self.alt}"
+
+
+def read_variants(path: str | os.PathLike[str]) -> list[Variant]:
+    """Parse the TSV table; malformed lines raise GenomeInputError with the line number."""
+    variants = []
+    for lineno, line in enumerate(_read_table_text(Path(path)).splitlines(), start=1):
+        fields = line.strip().split("\t") if "\t" in line else line.split()
+        if not fields or fields[0].startswith("#") or (lineno == 1 and fields[0].lower() in ("contig", "chrom")):
+            continue
+        if len(fields) < 4:
+            raise GenomeInputError(path, f"line {lineno}: expected contig, position, ref, alt; got {line!r}")
+        contig, pos, ref, alt = fields[:4]
+        if not (pos.isascii() and pos.isdigit()) or int(pos) < 1:
+            raise GenomeInputError(path, f"line {lineno}: position must be a 1-based integer, got {pos!r}")
+        ref, alt = ref.upper(), alt.upper()
+        if not ref or not alt or set(ref + alt) - set("ACGT"):
+            raise GenomeInputError(path, f"line {lineno}: ref/alt must be A/C/G/T, got {ref}>{alt}")
+        if len(ref) != len(alt):
+            raise GenomeInputError(path, f"line {lineno}: {contig}:{pos} {ref}>{alt} is an indel; only "
+                                         "substitutions (equal-length ref and alt) are scored")
+        variants.append(Variant(contig, int(pos), ref, alt))
+    return variants
+
+
+def _read_table_text(path: Path) -> str:
+    """The table as text; a missing, unreadable, compressed or binary file is a one-line error."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise GenomeInputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise GenomeInputError(path, "is a folder, not a variant table") from None
+    except PermissionError:
+        raise GenomeInputError(path, "permission denied (not readable)") from None
+    except OSError as exc:
+        raise GenomeInputError(path, f"cannot read ({exc.strerror or exc})") from None
+    if raw.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark (spreadsheet "UTF-8 CSV/TSV" export)
+        raw = raw[3:]
+    if raw[:2] == b"\x1f\x8b":
+        raise GenomeInputError(path, "is gzip-compressed; the variant table must be plain-text TSV (gunzip it)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GenomeInputError(path, f"not a text table (byte 0x{raw[exc.start]:02x} at offset {exc.start:,} "
+                                     "is not UTF-8)") from None
+    if "\x00" in text:
+        raise GenomeInputError(path, "not a text table (binary content)")
+    return text
+
+
+def variant_windows(genome: Genome, variant: Variant, window: int, source: str) -> tuple[int, str, str]:
+    """(window start, ref window, alt window); checks the contig, bounds and reference allele."""
+    if variant.contig not in genome:
+        raise GenomeInputError(source, f"variant {variant.label()}: contig '{variant.contig}' is not in the genome")
+    length = genome.contig(variant.contig).length
+    begin = variant.position - 1
+    end = begin + len(variant.ref)
+    if end > length:
+        raise GenomeInputError(source, f"variant {variant.label()}: position beyond contig end ({length:,} bp)")
+    actual = genome.fetch(variant.contig, begin, end).upper()
+    if actual != variant.ref:
+        raise GenomeInputError(source, f"variant {variant.label()}: reference allele {variant.ref} does not match "
+                                       f"the genome ({actual}) at {variant.contig}:{variant.position}")
+    if len(variant.ref) > window:
+        # The window must hold the whole substitution; otherwise the alt window would be spliced
+        # out of range and compared, at a different length, with the ref window.
+        raise GenomeInputError(source, f"variant {variant.label()}: {len(variant.ref)} bases do not fit in "
+                                       f"the scoring window of {window} bases (raise --window)")
+    size = min(window, length)
+    start = min(max(begin + len(variant.ref) // 2 - size // 2, 0), length - size)
+    ref_seq = genome.fetch(variant.contig, start, start + size).upper()
+    offset = begin - start
+    alt_seq = ref_seq[:offset] + variant.alt + ref_seq[offset + len(variant.ref):]
+    return start, ref_seq, alt_seq
+
+
+@torch.no_grad()
+def score_variants(model: MoETransformer, genome: Genome, variants: list[Variant], window: int = 1024,
+                   source: str = "variants", batch_size: int = 8) -> list[dict[str, object]]:
+    """One dict per variant: the inputs plus window_start (0-based), logp_ref, logp_alt, llr (nats)."""
+    prepared = [variant_windows(genome, v, window, source) for v in variants]  # validate all first
+    rows = []
+    for i in range(0, len(variants), batch_size):
+        chunk = prepared[i:i + batch_size]
+        seqs = [s for _, ref, alt in chunk for s in (ref, alt)]
+        scores = sequence_log_likelihood(model, seqs, batch_size=2 * batch_size)
+        for j, (start, _, _) in enumerate(chunk):
+            variant = variants[i + j]
+            logp_ref = float(np.nansum(scores[2 * j]))
+            logp_alt = float(np.nansum(scores[2 * j + 1]))
+            rows.append({"contig": variant.contig, "position": variant.position, "ref": variant.ref,
+                         "alt": variant.alt, "window_start": start, "logp_ref": logp_ref,
+                         "logp_alt": logp_alt, "llr": logp_alt - logp_ref})
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="biomoe score-variants", description=__doc__.splitlines()[0])
+    parser.add_argument("ckpt")
+    parser.add_argument("fasta", nargs="+", help="reference genome FASTA file(s)")
+    parser.add_argument("--variants", required=True, type=Path, help="TSV: contig, position (1-based), ref, alt")
+    parser.add_argument("--out", required=True, type=Path, help="output TSV")
+    parser.add_argument("--window", type=positive_int, default=1024)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    variants = read_variants(args.variants)
+    if not variants:
+        raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
+                                              "and comments)")
+    genome = Genome(args.fasta)
+    model = load_model(args.ckpt).to(args.device)
+    rows = score_variants(model, genome, variants, args.window, source=str(args.variants))
+    columns = ["contig", "position", "ref", "alt", "window_start", "logp_ref", "logp_alt", "llr"]
+
+    def write_table(target: Path) -> None:
+        with open(target, "w") as handle:
+            handle.write("\t".join(columns) + "\n")
+            for row in rows:
+                handle.write("\t".join(f"{row[c]:.6f}" if isinstance(row[c], float) else str(row[c])
+                                       for c in columns) + "\n")
+
+    write_output(args.out, write_table)
+    print(f"wrote {args.out} ({len(rows)} variants)")
+    return 0

@@ -1,0 +1,176 @@
+"""Configuration dataclasses.
+
+One dataclass per concern, all reachable from LightningCLI YAML (jsonargparse reads the type
+hints). Presets live in ``configs/*.yaml``, never as constants in code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message is one line that says what to change."""
+
+
+LAYER_BACKEND_FIELDS: tuple[str, ...] = ("norm_backend", "attention_backend", "router_backend",
+                                         "dispatch_backend")
+"""The ModelConfig fields that pick torch or TE for one layer component (``auto | torch | te``)."""
+
+
+@dataclass
+class ModelConfig:
+    """Shape of the MoE decoder (litgpt-style: one dataclass describes the whole model).
+
+    ``moe_layers`` lists the block indices whose MLP is a mixture of experts; ``None`` means every
+    block. Dense blocks use a SwiGLU MLP of width ``dense_ffn_hidden_size`` (defaults to
+    ``ffn_hidden_size * top_k`` so a dense block has the same active parameters as an MoE block).
+    """
+
+    vocab_size: int = 64
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 8
+    num_kv_heads: int = 4
+    num_experts: int = 8
+    top_k: int = 2
+    ffn_hidden_size: int = 512
+    dense_ffn_hidden_size: int | None = None
+    moe_layers: list[int] | None = None
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    aux_loss_coef: float = 0.01
+    z_loss_coef: float = 0.001
+    router_bias_update_rate: float = 0.0
+    """> 0 enables auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias added to the
+    routing scores for expert *selection only*, nudged by this rate after every optimizer step."""
+    expert_backend: str = "grouped"
+    """loop | grouped | te | te_fused | auto (te* need Transformer Engine and a GPU)."""
+    precision: str = "bf16"
+    """bf16 | fp8-delayed | fp8-current | fp8-block | mxfp8 | nvfp4: the TE recipe entered around
+    the forward (biomoe.backends.te.precision). Checked against the GPU at start-up."""
+    precision_fallback: str | None = None
+    """Precision to use (logged) if ``precision`` cannot run on this GPU; None = fail at start-up."""
+    attention_backend: str = "auto"
+    """auto | torch | te (TE DotProductAttention); auto = TE where usable."""
+    norm_backend: str = "auto"
+    """auto | torch | te (TE RMSNorm); auto = TE where usable."""
+    router_backend: str = "auto"
+    """auto | torch | te (TE fused top-k router and aux loss); auto = TE where usable."""
+    dispatch_backend: str = "auto"
+    """auto | torch | te (TE moe_permute/unpermute); auto = TE where usable."""
+    init_std: float = 0.02
+    tie_embeddings: bool = False
+    dropout: float = 0.0
+    """Residual dropout on each block's attention and MLP outputs (training only). A regulariser
+    for small genomes, where a model sees every base many times and starts to memorise."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def moe_layer_ids(self) -> list[int]:
+        """Sorted, without repeats: the model averages router losses over ``len()`` of this, so a
+        block listed twice in ``moe_layers`` must not count twice."""
+        return list(range(self.num_layers)) if self.moe_layers is None else sorted(set(self.moe_layers))
+
+    @property
+    def dense_ffn_size(self) -> int:
+        return self.dense_ffn_hidden_size or self.ffn_hidden_size * self.top_k
+
+    def validate(self) -> None:
+        """Fail early with one actionable line instead of a shape error deep in a forward pass."""
+        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                    "num_experts", "top_k", "ffn_hidden_size")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.config.{name} must be positive, got {getattr(self, name)}")
+        if self.top_k > self.num_experts:
+            raise ConfigError(
+                f"model.config.top_k={self.top_k} is larger than model.config.num_experts={self.num_experts}")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(f"model.config.hidden_size={self.hidden_size} is not divisible by "
+                              f"model.config.num_heads={self.num_heads}")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(f"model.config.num_kv_heads={self.num_kv_heads} does not divide "
+                              f"model.config.num_heads={self.num_heads}")
+        if self.head_dim % 2:
+            raise ConfigError(f"head dimension {self.head_dim} must be even for rotary embeddings")
+        for layer in self.moe_layer_ids:
+            if not 0 <= layer < self.num_layers:
+                raise ConfigError(f"model.config.moe_layers contains {layer}, outside 0..{self.num_layers - 1}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.config.dropout={self.dropout} must be in [0, 1)")
+        if self.aux_loss_coef < 0 or self.z_loss_coef < 0:
+            raise ConfigError("model.config.aux_loss_coef and model.config.z_loss_coef must be >= 0")
+        from biomoe.backends.te.precision import parse_precision  # no TE import; name check only
+
+        parse_precision(self.precision)
+        if self.precision_fallback is not None:
+            parse_precision(self.precision_fallback)
+        for name in LAYER_BACKEND_FIELDS:
+            if getattr(self, name) not in ("auto", "torch", "te"):
+                raise ConfigError(f"model.config.{name}={getattr(self, name)!r}; choose auto, torch or te")
+        from biomoe.model.moe.experts import known_backends  # local import: registry fills at import
+
+        if self.expert_backend not in known_backends():
+            raise ConfigError(f"model.config.expert_backend={self.expert_backend!r} is unknown; "
+                              f"choose one of {', '.join(known_backends())}")
+
+    def active_params_per_token(self) -> int:
+        """Parameters touched per token (embedding lookup excluded, LM head included): the N in 6·N·tokens."""
+        h, f = self.hidden_size, self.ffn_hidden_size
+        kv = self.num_kv_heads * self.head_dim
+        attn = h * h * 2 + h * kv * 2
+        moe_ids = set(self.moe_layer_ids)
+        total = 0
+        for layer in range(self.num_layers):
+            total += attn
+            if layer in moe_ids:
+                total += self.top_k * 3 * h * f + h * self.num_experts
+            else:
+                total += 3 * h * self.dense_ffn_size
+        return total + h * self.vocab_size
+
+
+def check_expert_parallel(num_experts: int, expert_parallel_size: int, world_size: int,
+                          data_parallel_replicate_size: int = 1) -> None:
+    """Raise a one-line ConfigError unless this EP layout can exist.
+
+    Called before any process is launched (the CLI does it in ``before_fit``), so a wrong
+    ``expert_parallel_size`` is one line, not a traceback from every rank's mesh set-up.
+    EP ranks are carved out of the data-sharding ranks: EP must divide both the number of
+    experts and ``world_size / data_parallel_replicate_size``.
+    """
+    ep, replicate = int(expert_parallel_size), int(data_parallel_replicate_size)
+    if ep < 1 or replicate < 1:
+        raise ConfigError(f"expert_parallel_size={ep} and data_parallel_replicate_size={replicate} "
+                          "must be >= 1")
+    if num_experts % ep:
+        raise ConfigError(f"expert_parallel_size={ep} does not divide model.config.num_experts={num_experts}")
+    if world_size % replicate:
+        raise ConfigError(f"data_parallel_replicate_size={replicate} does not divide the world size "
+                          f"{world_size} (devices x nodes)")
+    if (world_size // replicate) % ep:
+        raise ConfigError(f"expert_parallel_size={ep} does not divide the world size {world_size} "
+                          f"(devices x nodes{f' / {replicate} replicas' if replicate > 1 else ''})")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with decoupled weight decay groups and linear warm-up then cosine decay."""
+
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    warmup_steps: int = 100
+    max_steps: int | None = None
+    """Length of the cosine schedule; defaults to the trainer's estimated stepping batches."""
+    fused: bool | None = None
+    """Fused AdamW kernel; None = on for CUDA, off otherwise."""

@@ -1,0 +1,37 @@
+"""The MoE MLP: router → dispatcher → experts → combine, each step behind its own seam."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from biomoe.model.moe.dispatch import LocalDispatcher, TokenDispatcher
+from biomoe.model.moe.experts import Experts
+from biomoe.model.moe.router import RoutingResult, TopKRouter
+
+
+class MoELayer(nn.Module):
+    """A sparse SwiGLU MLP.
+
+    Parallelism is installed from outside: the expert-parallel strategy replaces
+    ``self.dispatcher`` with an all-to-all dispatcher and ``self.experts`` with the local shard;
+    this class never sees a process group.
+    """
+
+    def __init__(self, router: TopKRouter, experts: Experts,
+                 dispatcher: TokenDispatcher | None = None) -> None:
+        super().__init__()
+        self.router = router
+        self.experts = experts
+        self.dispatcher: TokenDispatcher = dispatcher or LocalDispatcher()
+        self.last_routing: RoutingResult | None = None
+
+    def forward(self, hidden: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Returns (output with the input's shape, aux loss, z loss)."""
+        shape = hidden.shape
+        flat = hidden.reshape(-1, shape[-1])
+        routing = self.router(flat)
+        dispatched = self.dispatcher.dispatch(flat, routing)
+        probs = dispatched.probs if self.experts.applies_probs else None
+        expert_out = self.experts(dispatched.hidden, dispatched.tokens_per_expert, probs)
+        out = self.dispatcher.combine(expert_out, dispatched, routing, self.experts.applies_probs)
+        return out.reshape(shape).to(hidden.dtype), routing.aux_loss, routing.z_loss

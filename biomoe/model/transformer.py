@@ -1,0 +1,163 @@
+"""A plain-PyTorch MoE decoder for nucleotide sequences.
+
+Pre-norm blocks (RMSNorm), causal self-attention with rotary embeddings and grouped-query
+attention through ``F.scaled_dot_product_attention``, and a SwiGLU MLP that is either dense or a
+mixture of experts. The model knows nothing about Lightning, precision recipes or parallelism;
+those are applied from outside (torchtitan style).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from biomoe.model.config import ModelConfig
+from biomoe.model.moe import Experts, MoELayer, TopKRouter
+from biomoe.model.moe.experts import scaled_init_std
+
+
+@dataclass
+class ModelOutput:
+    logits: Tensor | None  # [batch, seq, vocab] (None when only hidden states were asked for)
+    hidden: Tensor  # final normed hidden states [batch, seq, hidden]
+    aux_loss: Tensor  # mean over MoE layers
+    z_loss: Tensor  # mean over MoE layers
+
+
+def rotary_tables(seq_len: int, head_dim: int, theta: float, device: torch.device) -> tuple[Tensor, Tensor]:
+    """cos/sin tables [seq, head_dim/2] in fp32 (computed per call: cheap, and no stale cache)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    positions = torch.arange(seq_len, device=device, dtype=torch.float32)
+    angles = torch.outer(positions, inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (first half, second half) of each head, as Llama/Mixtral/HF do. x: [b, h, s, d]."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    cos, sin = cos[None, None], sin[None, None]
+    rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    return rotated.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.rope_theta = cfg.rope_theta
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
+        # Optional fused kernel (e.g. TE DotProductAttention, installed by biomoe.backends.te.layers):
+        # callable(q, k, v) on [b, h, s, d] with GQA handled inside -> [b, s, h*d]; no parameters.
+        self.core_attention = None
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.core_attention is not None:
+            return self.o_proj(self.core_attention(q, k, v))
+        if self.num_kv_heads != self.num_heads:
+            # Expanding KV keeps every SDPA backend available (enable_gqa limits the choice).
+            repeat = self.num_heads // self.num_kv_heads
+            k = k.repeat_interleave(repeat, dim=1)
+            v = v.repeat_interleave(repeat, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class DenseMLP(nn.Module):
+    """SwiGLU MLP for blocks that are not MoE (same gate-then-up convention as the experts)."""
+
+    def __init__(self, hidden_size: int, ffn_hidden_size: int) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * ffn_hidden_size, bias=False)
+        self.down_proj = nn.Linear(ffn_hidden_size, hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        zero = x.new_zeros((), dtype=torch.float32)
+        return self.down_proj(F.silu(gate) * up), zero, zero
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int) -> None:
+        super().__init__()
+        self.layer_id = layer_id
+        self.attn_norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.is_moe = layer_id in cfg.moe_layer_ids
+        if self.is_moe:
+            out_std = scaled_init_std(cfg.init_std, cfg.num_layers)
+            router = TopKRouter(cfg.hidden_size, cfg.num_experts, cfg.top_k, cfg.router_bias_update_rate)
+            experts = Experts(cfg.num_experts, cfg.hidden_size, cfg.ffn_hidden_size,
+                              cfg.expert_backend, cfg.init_std, out_std)
+            self.mlp: nn.Module = MoELayer(router, experts)
+        else:
+            self.mlp = DenseMLP(cfg.hidden_size, cfg.dense_ffn_size)
+        self.residual_dropout = nn.Dropout(cfg.dropout)  # identity when p = 0 or in eval mode
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        x = x + self.residual_dropout(self.attn(self.attn_norm(x), cos, sin))
+        mlp_out, aux, z = self.mlp(self.mlp_norm(x))
+        return x + self.residual_dropout(mlp_out), aux, z
+
+
+class MoETransformer(nn.Module):
+    """Embedding → blocks → RMSNorm → LM head. ``forward`` returns logits and router losses."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_layers))
+        self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        std, out_std = self.config.init_std, scaled_init_std(self.config.init_std, self.config.num_layers)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                is_output = name.endswith(("o_proj", "down_proj"))
+                nn.init.normal_(module.weight, std=out_std if is_output else std)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=std)
+            elif isinstance(module, nn.RMSNorm):
+                nn.init.ones_(module.weight)
+            elif isinstance(module, Experts):
+                module.reset_parameters()
+
+    def moe_layers(self) -> list[MoELayer]:
+        return [b.mlp for b in self.blocks if isinstance(b.mlp, MoELayer)]
+
+    def set_expert_backend(self, name: str) -> None:
+        for layer in self.moe_layers():
+            layer.experts.set_backend(name)
+        self.config.expert_backend = name
+
+    def forward(self, input_ids: Tensor, return_logits: bool = True) -> ModelOutput:
+        x = self.embed(input_ids)
+        cos, sin = rotary_tables(input_ids.shape[1], self.config.head_dim, self.config.rope_theta,
+                                 input_ids.device)
+        aux_total = x.new_zeros((), dtype=torch.float32)
+        z_total = x.new_zeros((), dtype=torch.float32)
+        for block in self.blocks:
+            x, aux, z = block(x, cos, sin)
+            aux_total = aux_total + aux
+            z_total = z_total + z
+        n_moe = max(len(self.config.moe_layer_ids), 1)
+        hidden = self.norm(x)
+        logits = self.lm_head(hidden) if return_logits else None
+        return ModelOutput(logits, hidden, aux_total / n_moe, z_total / n_moe)

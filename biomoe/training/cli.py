@@ -1,0 +1,280 @@
+"""Command line: a LightningCLI (fit / validate / test / predict) plus biomoe's own tools.
+
+Bad input never ends in a traceback: :class:`~biomoe.errors.GenomeInputError` and
+:class:`~biomoe.model.config.ConfigError` are printed as one line with exit status 2. Pass ``--debug``
+(or set ``BIOMOE_DEBUG=1``) to see the traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import warnings
+from argparse import ArgumentError
+from pathlib import Path
+
+from lightning.pytorch.cli import LightningCLI
+
+from biomoe.training.checkpoint_io import AtomicCheckpointIO
+from biomoe.training.callbacks import NonFiniteError
+from biomoe.model.config import ConfigError, check_expert_parallel
+from biomoe.data.datamodule import GenomeDataModule
+from biomoe.errors import GenomeInputError
+from biomoe.training.module import BioMoEModule
+
+# Extra subcommands handled outside LightningCLI: name -> "module:function(argv)".
+EXTRA_COMMANDS: dict[str, str] = {
+    "markov": "biomoe.genomics.markov_report:main",
+    "repeat-mix": "biomoe.genomics.repeat_mix:main",
+    "score-fasta": "biomoe.genomics.score_fasta:main",
+    "score-variants": "biomoe.genomics.score_variants:main",
+    "export-hf": "biomoe.interop.hf:export_main",
+    "import-hf": "biomoe.interop.hf:import_main",
+}
+# BioMoEModule arguments that choose how to run, not what the model is: a --ckpt_path's
+# hyperparameters do not override them.
+RUNTIME_SWITCHES: tuple[str, ...] = ("compile", "activation_checkpointing")
+
+
+class BioMoECLI(LightningCLI):
+    """LightningCLI that reports where results went after ``fit`` and checks vocab sizes."""
+
+    def instantiate_trainer(self, **kwargs):
+        trainer = super().instantiate_trainer(**kwargs)
+        install_atomic_checkpoint_io(trainer)
+        install_markov_baseline(trainer)
+        return trainer
+
+    def before_validate(self) -> None:
+        self._check_vocab()
+        self._check_inputs()
+        self._check_ckpt_folder()
+
+    def before_test(self) -> None:
+        self._check_vocab()
+        self._check_inputs()
+        self._check_ckpt_folder()
+
+    def before_predict(self) -> None:
+        """``predict`` always writes its results: add a writer unless the config has one."""
+        self._check_vocab()
+        self._check_inputs()
+        self._check_ckpt_folder()
+        from lightning.pytorch.callbacks import BasePredictionWriter
+
+        from biomoe.training.prediction_writer import WindowScoreWriter
+
+        if not any(isinstance(cb, BasePredictionWriter) for cb in self.trainer.callbacks):
+            out_dir = Path(self.trainer.default_root_dir) / "predictions"
+            self.trainer.callbacks.append(WindowScoreWriter(str(out_dir)))
+
+    def before_fit(self) -> None:
+        self._check_vocab()
+        self._check_parallel()
+        self._check_ckpt_folder()
+
+    def _check_inputs(self) -> None:
+        """validate/test/predict read the held-out split: refuse to run without one (rather than
+        validating nothing and exiting 0, or failing in the predict loader)."""
+        data = self.datamodule
+        if isinstance(data, GenomeDataModule) and not data.val_contigs and not data.val_fraction:
+            raise ConfigError(f"data.val_fraction=0 and no data.val_contigs: there is no held-out split "
+                              f"to {self.subcommand} on")
+
+    def _check_ckpt_folder(self) -> None:
+        """A folder checkpoint (torch.distributed.checkpoint) loads only under a strategy that reads
+        folders (expert parallel); one that torch.loads a file failed on it with a traceback."""
+        from lightning.pytorch.plugins.io import TorchCheckpointIO
+        from lightning.pytorch.strategies import Strategy
+
+        ckpt = self.config.get(self.subcommand, {}).get("ckpt_path")
+        strategy = self.trainer.strategy
+        loads_a_file = (type(strategy).load_checkpoint is Strategy.load_checkpoint
+                        and isinstance(strategy.checkpoint_io, TorchCheckpointIO))
+        if isinstance(ckpt, (str, os.PathLike)) and os.path.isdir(ckpt) and loads_a_file:
+            raise GenomeInputError(ckpt, "is a distributed checkpoint (a folder), which only the expert-parallel "
+                                         "strategy reads; for one device convert it to a file first: "
+                                         f"python -m biomoe.parallel.checkpoint {ckpt} model.ckpt")
+
+    def _parse_ckpt_path(self) -> None:
+        """Lightning reads ``--ckpt_path``'s hyperparameters right after parsing and lets them override
+        the config and command line. How to run (``model.compile``, ``model.activation_checkpointing``)
+        is not a property of the weights: those keep the values given here, so a run compiled on a GPU
+        can be validated or resumed without compiling, and the other way round."""
+        model = self.config.get(self.config.get("subcommand") or "", {}).get("model")
+        keep = {key: model[key] for key in RUNTIME_SWITCHES if model is not None and key in model}
+        self._parse_ckpt_hparams()
+        for key, value in keep.items():
+            self.config[self.config["subcommand"]]["model"][key] = value
+
+    def _parse_ckpt_hparams(self) -> None:
+        """Lightning's ``_parse_ckpt_path``; a missing, truncated or foreign file is one line naming it,
+        not a traceback from torch.load."""
+        ckpt = self.config.get(self.config.get("subcommand") or "", {}).get("ckpt_path")
+        if not isinstance(ckpt, (str, os.PathLike)):
+            return super()._parse_ckpt_path()
+        text = os.fspath(ckpt)
+        if text in ("best", "last", "hpc") or text.startswith("registry") or "://" in text:
+            return super()._parse_ckpt_path()  # Lightning's special values and remote URLs
+        from biomoe.inference.scoring import check_checkpoint_file
+
+        check_checkpoint_file(text)
+        try:
+            super()._parse_ckpt_path()
+        except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+            detail = " ".join(str(exc).split())[:200]
+            raise GenomeInputError(text, f"cannot load checkpoint ({type(exc).__name__}: {detail})") from None
+
+    def _check_parallel(self) -> None:
+        """EP layout errors as one line before any process is launched."""
+        strategy = self.trainer.strategy
+        ep = getattr(strategy, "expert_parallel_size", None)
+        if ep is not None:
+            check_expert_parallel(self.model.config.num_experts, ep,
+                                  self.trainer.num_nodes * self.trainer.num_devices,
+                                  getattr(strategy, "data_parallel_replicate_size", 1))
+
+    def _check_vocab(self) -> None:
+        data_vocab = getattr(self.datamodule, "vocab_size", None)
+        model_vocab = self.model.config.vocab_size
+        if data_vocab is not None and data_vocab > model_vocab:
+            raise ConfigError(f"model.config.vocab_size={model_vocab} is smaller than the "
+                              f"tokenizer's padded vocabulary ({data_vocab})")
+
+    def after_fit(self) -> None:
+        trainer = self.trainer
+        if not trainer.is_global_zero:
+            return
+        ckpt = trainer.checkpoint_callback
+        paths = []
+        if ckpt is not None:
+            paths = [p for p in (getattr(ckpt, "last_model_path", ""), ckpt.best_model_path) if p]
+        log_dir = trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir
+        metrics = Path(log_dir) / "metrics.csv"
+        print("\n=== biomoe fit finished ===")
+        for path in dict.fromkeys(paths):
+            print(f"checkpoint: {path}")
+        if metrics.exists():
+            print(f"metrics:    {metrics}")
+            from biomoe.training.plots import plot_training_curves
+
+            png = plot_training_curves(metrics)
+            if png is not None:
+                print(f"plot:       {png}")
+        val = trainer.callback_metrics.get("val/bits_per_base")
+        if val is not None:
+            print(f"validation bits/base: {float(val):.4f}")
+
+
+def install_atomic_checkpoint_io(trainer) -> None:
+    """Make single-file checkpoints atomic unless the user chose their own CheckpointIO.
+
+    Strategies that write distributed checkpoints (directories via torch.distributed.checkpoint)
+    keep their own writer.
+    """
+    from lightning.pytorch.plugins.io import TorchCheckpointIO
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    strategy = trainer.strategy
+    if isinstance(strategy, ModelParallelStrategy):
+        return
+    if type(strategy.checkpoint_io) is TorchCheckpointIO:
+        strategy.checkpoint_io = AtomicCheckpointIO()
+
+
+def install_markov_baseline(trainer) -> None:
+    """Report an order-6 Markov baseline next to val/test bits/base unless the config has one."""
+    from biomoe.training.markov_baseline import MarkovBaseline
+
+    if not any(isinstance(cb, MarkovBaseline) for cb in trainer.callbacks):
+        trainer.callbacks.append(MarkovBaseline())
+
+
+def run_lightning_cli(args: list[str] | None = None) -> BioMoECLI:
+    return BioMoECLI(
+        BioMoEModule,
+        GenomeDataModule,
+        save_config_kwargs={"overwrite": True},
+        parser_kwargs={"exit_on_error": False},  # main() prints argument errors as one line
+        args=args,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # We pass argv explicitly (``--debug`` removed); Lightning warns about that on every run.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+    debug = os.environ.get("BIOMOE_DEBUG") == "1"
+    if "--debug" in argv:
+        argv.remove("--debug")
+        debug = True
+    try:
+        if argv and argv[0] in EXTRA_COMMANDS:
+            module_name, func_name = EXTRA_COMMANDS[argv[0]].split(":")
+            module = __import__(module_name, fromlist=[func_name])
+            return int(getattr(module, func_name)(argv[1:]) or 0)
+        run_lightning_cli(argv)
+        return 0
+    except (GenomeInputError, ConfigError) as err:
+        if debug:
+            raise
+        print(f"biomoe: error: {err}", file=sys.stderr)
+        return 2
+    except ArgumentError as err:  # jsonargparse: wrong key or type (exit_on_error=False)
+        if debug:
+            raise
+        print(f"biomoe: error: {summarize_argument_error(str(err))} (see --help)", file=sys.stderr)
+        return 2
+    except NonFiniteError as err:  # training diverged: the step and parameters say it all
+        if debug:
+            raise
+        print(f"biomoe: error: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # jsonargparse wraps errors raised while instantiating classes
+        cause = _find_cause(err, (GenomeInputError, ConfigError))
+        if cause is None or debug:
+            raise
+        print(f"biomoe: error: {cause}", file=sys.stderr)
+        return 2
+
+
+_ARG_NOISE = ("Does not validate against", "Subtypes:", "Errors:", "Given value", "tip:",
+              "Expected a <class 'NoneType'>", "Problem with given class_path")
+
+
+def summarize_argument_error(message: str) -> str:
+    """One line from jsonargparse's nested report: the full key and the innermost complaints.
+
+    ``Parser key "model.config": ... Parser key "top_k": Expected a <class 'int'>. Got value: abc``
+    becomes ``model.config.top_k: Expected a <class 'int'>. Got value: abc``; union/subtype
+    bookkeeping lines are dropped. Unknown shapes fall back to the whole message on one line.
+    """
+    keys: list[str] = []
+    problems: list[str] = []
+    for raw in message.splitlines():
+        line = raw.strip().lstrip("- ").strip()
+        if not line or line.startswith(_ARG_NOISE):
+            continue
+        if line.startswith('Parser key "') and line.endswith('":'):
+            keys.append(line[len('Parser key "'):-2])
+        else:
+            problems.append(line)
+    if not problems:
+        return " ".join(message.split())
+    text = "; ".join(dict.fromkeys(problems))
+    return f"{'.'.join(keys)}: {text}" if keys else text
+
+
+def _find_cause(err: BaseException, types: tuple[type, ...]) -> BaseException | None:
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, types):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
