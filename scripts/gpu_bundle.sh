@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds the ignored .te/ bundle the GPU machine needs (Transformer Engine + this project's wheels),
-# then adds what the shared bundle script lacks: jsonargparse's `signatures` extra needs
-# docstring-parser and typeshed-client, without which LightningCLI refuses to start there.
-# Usage (repo root, on the CPU machine):  bash scripts/gpu_bundle.sh
-# Then every device call: carry [".te"] (plus "data/large" for E. coli) and begin with
+# Builds .te/ (git-ignored): Transformer Engine and this project's wheels as one offline bundle, for
+# a GPU machine that cannot reach a package index. Then adds what the base bundle script lacks:
+# jsonargparse's `signatures` extra needs docstring-parser and typeshed-client, without which
+# LightningCLI refuses to start.
+# Usage (repo root, on a machine with internet access):  bash scripts/gpu_bundle.sh
+# Then copy .te/ (and data/large/ for E. coli) into the checkout on the GPU machine and start
+# each command with
 #   source .te/setup.sh && ...
 set -euo pipefail
 root=$(git rev-parse --show-toplevel); cd "$root"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Issue #6 on one H200: an MoE run (default configs/ecoli-quality.yaml), then its dense control on
-# exactly the MoE run's tokens: the same config with dense MLPs of the same active width, the same
-# data order and number of steps (the "max_steps=N" the MoE run printed). Also the Markov table.
-# Usage (repo root, GPU machine, after `source .te/setup.sh`; carry [".te", "data/large"]):
-#   bash results/quality/run_h200.sh OUT_DIR [MOE_CONFIG]
-# Env: EXTRA_ARGS (e.g. "--model.config.dropout 0.1") go to both fits; MOE_TIMEOUT / DENSE_TIMEOUT (s) are hard guards (DEADLINE, epoch seconds, caps the dense run); SKIP_DENSE=1 runs the MoE model only; SKIP_MARKOV=1 skips the table.
+# An MoE run on E. coli 536 (default configs/ecoli-quality.yaml), then its dense control on exactly
+# the MoE run's tokens: the same config with dense MLPs of the same active width (top_k x ffn), the
+# same data order and the number of steps the MoE run reached. Also the order-0..8 Markov table.
+# Summarises every run's held-out curve at the end. Needs `make data` (data/large/) and one GPU.
+#   bash scripts/ecoli_moe_vs_dense.sh OUT_DIR [MOE_CONFIG]
+# Env: PY (default python3); EXTRA_ARGS (e.g. "--model.config.dropout 0.1") go to both fits;
+# MOE_TIMEOUT / DENSE_TIMEOUT (s) are hard guards and DEADLINE (epoch seconds) caps the dense run;
+# SKIP_DENSE=1 runs the MoE model only; SKIP_MARKOV=1 skips the table.
 set -uo pipefail
-OUT=${1:-results/quality/run}
+OUT=${1:?usage: scripts/ecoli_moe_vs_dense.sh OUT_DIR [MOE_CONFIG]}
 MOE_CONFIG=${2:-configs/ecoli-quality.yaml}
 PY=${PY:-python3}
 mkdir -p "$OUT"
@@ -55,7 +57,6 @@ PY
   fi
 fi
 [ -n "$MARKOV_PID" ] && wait $MARKOV_PID
-find "$OUT" -name "*.ckpt" -delete
 $PY - "$OUT" <<'PY'
 import csv, glob, sys
 for f in sorted(glob.glob(f"{sys.argv[1]}/**/metrics.csv", recursive=True)):

@@ -1,6 +1,6 @@
 """The inner split both tuning scripts score on, so the held-out split is never looked at.
 
-The first 90 % of NC_008253 (the training split of issue #6) is written as one FASTA; with
+The first 90 % of NC_008253 (the training split of the E. coli 536 runs) is written as one FASTA; with
 ``--val-fraction 1/9`` its first 8/9 (0-80 % of the chromosome) fits the table and the Markov base
 and its last 1/9 (80-90 %) plays held-out.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from Bio import SeqIO
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the repository root, when biomoe is not installed
 INNER_VAL_FRACTION = 1 / 9
 

@@ -1,28 +1,28 @@
 #!/usr/bin/env bash
-# Issue #6 quality variants on a multi-GPU machine: one `python cli.py fit --config
-# results/quality/variants/NAME.yaml` per GPU (CUDA_VISIBLE_DEVICES=0..N-1), all at once. Then a
+# E. coli 536 quality variants on a multi-GPU machine: one `python cli.py fit --config
+# configs/ecoli-variants/NAME.yaml` per GPU (CUDA_VISIBLE_DEVICES=0..N-1), all at once. Then a
 # compact summary (steps, wall-clock, tokens/s, last/best held-out bits/base, the held-out curve),
 # each last.ckpt re-scored outside Lightning (must match its last validation) and every ensemble of
-# the models (mean of probabilities) scored. Everything is packed into ONE tar, because the device
-# machine returns at most 8 files. Driven by results/gpu-calls/call-{e,h}.sh.
-#   OUT=dir CALL=label BUDGET_S=seconds bash results/quality/run_variants.sh NAME...
+# the models (mean of probabilities) scored. Needs `make data` (data/large/).
+#   OUT=dir BUDGET_S=seconds bash scripts/run_variants.sh NAME...
 # FIRST_GPU=k puts the first variant on GPU k (default 0); FIT_ARGS are appended to every fit;
-# REPEAT_MIX=1 also scores each last.ckpt with `cli.py repeat-mix`. SKIP_FIT=1 summarises and packs existing $OUT/NAME/ folders (testing); ENS_BATCH and
-# ENS_LIMIT_BATCHES size the ensemble scoring (testing on CPU).
+# REPEAT_MIX=1 also scores each last.ckpt with `cli.py repeat-mix`; KEEP_CKPT=1 keeps the
+# checkpoints (deleted by default: the summary and metrics are what the runs are for).
+# SKIP_FIT=1 summarises existing $OUT/NAME/ folders; ENS_BATCH and ENS_LIMIT_BATCHES size the
+# ensemble scoring (for a quick check on CPU).
 set -u
 PY=${PY:-python3}
 OUT=${OUT:?set OUT}
 START=$(date +%s)
 DEADLINE=$(( START + ${BUDGET_S:-520} ))
-CALL=${CALL:-variants}
-V=results/quality/variants
+V=configs/ecoli-variants
 VARIANTS=("$@")
-[ ${#VARIANTS[@]} -ge 1 ] || { echo "usage: run_variants.sh NAME... (configs in results/quality/variants/NAME.yaml)" >&2; exit 2; }
+[ ${#VARIANTS[@]} -ge 1 ] || { echo "usage: run_variants.sh NAME... (configs in configs/ecoli-variants/NAME.yaml)" >&2; exit 2; }
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
 $PY -c "import torch, lightning; print('torch', torch.__version__, 'lightning', lightning.__version__)"
 # Decompress and index the genome once, so four processes do not all write the same cache files.
-$PY -c "from biomoe.fasta import Genome; Genome(['data/large/ecoli536_NC_008253.fna.gz'])" || exit 3
+$PY -c "from biomoe.data.fasta import Genome; Genome(['data/large/ecoli536_NC_008253.fna.gz'])" || exit 3
 
 if [ -z "${SKIP_FIT:-}" ]; then  # SKIP_FIT=1: summarise and pack existing $OUT/<name>/ folders (testing)
   pids=()
@@ -79,9 +79,9 @@ left=$(( DEADLINE - $(date +%s) ))
 if [ "${#CKPTS[@]}" -ge 1 ] && [ "$left" -gt 15 ]; then
   timeout "$left" $PY - "${CKPTS[@]}" <<'PY' 2>&1 | grep -v Warning | tee -a "$OUT/summary.txt"
 import itertools, math, os, sys, torch
-from biomoe.data import GenomeDataModule
-from biomoe.inference import load_model
-from biomoe.losses import LN2, per_position_log_likelihood
+from biomoe.data.datamodule import GenomeDataModule
+from biomoe.inference.scoring import load_model
+from biomoe.model.losses import LN2, per_position_log_likelihood
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 dm = GenomeDataModule(fasta=["data/large/ecoli536_NC_008253.fna.gz"], seq_length=1024,
                       batch_size=int(os.environ.get("ENS_BATCH", "64")),
@@ -106,15 +106,13 @@ for k in range(2, len(lls) + 1):
         print(f"ensemble {'+'.join(names[i].split('-')[1] for i in idx)}: {-ens.mean().item() / LN2:.4f}")
 PY
 fi
-if [ -n "${REPEAT_MIX:-}" ]; then  # each last.ckpt alone and with the repeat expert (biomoe/repeats.py)
+if [ -n "${REPEAT_MIX:-}" ]; then  # each last.ckpt alone and with the repeat expert (biomoe/genomics/repeat_expert.py)
   for c in "${CKPTS[@]}"; do
     left=$(( DEADLINE - $(date +%s) )); [ "$left" -gt 20 ] || break
     timeout "$left" $PY cli.py repeat-mix data/large/ecoli536_NC_008253.fna.gz --ckpt "$c" \
       --json "$(dirname "$c")/../repeat_mix.json" 2>&1 | grep -v Warning | tee -a "$OUT/summary.txt"
   done
 fi
-echo "call-$CALL total $(( $(date +%s) - START )) s" | tee -a "$OUT/summary.txt"
-find "$OUT" -name "*.ckpt" -delete
-tar czf /tmp/results-$CALL.tgz -C "$OUT" . && for n in "${VARIANTS[@]}"; do rm -rf "${OUT:?}/$n"; done \
-  && mv /tmp/results-$CALL.tgz "$OUT/"
+echo "total $(( $(date +%s) - START )) s" | tee -a "$OUT/summary.txt"
+[ -n "${KEEP_CKPT:-}" ] || find "$OUT" -name "*.ckpt" -delete
 ls "$OUT"

@@ -1,10 +1,11 @@
-"""Choose the repeat expert's settings without looking at the held-out split (issue #6).
+"""Choose the repeat expert's settings without looking at the held-out split.
 
 The first 90 % of NC_008253 (the training split) is written to a temporary FASTA; its own last
 1/9 (positions 80-90 % of the chromosome) then plays held-out, with the table and the order-7
 Markov base fitted on the first 80 %. The grid's best setting is the one used on the real held-out
-split. Run from the repository root (CPU, ~3 minutes):
-    python results/quality/repeats/tune_on_training.py
+split. Writes results/quality/repeats/tune_on_training.json; needs `make data`. Run from the
+repository root (CPU, ~3 minutes):
+    python scripts/repeat_tuning/tune_on_training.py
 """
 
 import itertools
@@ -14,9 +15,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from inner_split import INNER_VAL_FRACTION, write_training_split  # noqa: E402  (also puts the repo on the path)
+from inner_split import INNER_VAL_FRACTION, ROOT, write_training_split  # noqa: E402  (also puts the repo on the path)
 
-from biomoe.repeat_score import main  # noqa: E402
+from biomoe.genomics.repeat_mix import main  # noqa: E402
 
 rows = []
 with tempfile.TemporaryDirectory() as tmp:
@@ -31,5 +32,5 @@ with tempfile.TemporaryDirectory() as tmp:
 best = min(rows, key=lambda r: r["mixed_bits_per_base"])
 summary = {"split": "train on chromosome 0-80 %, score 80-90 % (inside the training split)",
            "rows": rows, "best": best}
-(Path(__file__).parent / "tune_on_training.json").write_text(json.dumps(summary, indent=2) + "\n")
+(ROOT / "results/quality/repeats/tune_on_training.json").write_text(json.dumps(summary, indent=2) + "\n")
 print("best:", best)

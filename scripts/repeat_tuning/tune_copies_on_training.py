@@ -1,12 +1,13 @@
-"""Choose the copy expert's decay without looking at the held-out split (issue #6, fifth session).
+"""Choose the copy expert's decay without looking at the held-out split.
 
 Same inner split as tune_on_training.py: the first 90 % of NC_008253 (the training split) is
 written to a temporary FASTA, the table and the order-7 Markov base are fitted on its first 8/9
 (0-80 % of the chromosome) and its last 1/9 (80-90 %) plays held-out. k, switch and smoothing stay
 at the values tune_on_training.py chose (18, 0.003, 0.005); the grid is over RepeatTable.copy_decay,
-with exact matches only (no copies followed) as the reference. Run from the repository root (CPU,
-about a minute):
-    python results/quality/repeats/tune_copies_on_training.py
+with exact matches only (no copies followed) as the reference. Writes
+results/quality/repeats/tune_copies_on_training.json; needs `make data`. Run from the repository
+root (CPU, about a minute):
+    python scripts/repeat_tuning/tune_copies_on_training.py
 """
 
 import json
@@ -15,11 +16,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from inner_split import INNER_VAL_FRACTION, write_training_split  # noqa: E402  (also puts the repo on the path)
+from inner_split import INNER_VAL_FRACTION, ROOT, write_training_split  # noqa: E402  (also puts the repo on the path)
 
-from biomoe.data import GenomeDataModule  # noqa: E402
-from biomoe.repeat_score import markov_log_probs, score  # noqa: E402
-from biomoe.repeats import fit_on_training_split  # noqa: E402
+from biomoe.data.datamodule import GenomeDataModule  # noqa: E402
+from biomoe.genomics.repeat_mix import markov_log_probs, score  # noqa: E402
+from biomoe.genomics.repeat_expert import fit_on_training_split  # noqa: E402
 
 rows = []
 with tempfile.TemporaryDirectory() as tmp:
@@ -40,5 +41,5 @@ summary = {"split": "train on chromosome 0-80 %, score 80-90 % (inside the train
            "k": table.k, "switch": 0.003, "smoothing": 0.005, "markov_order": 7,
            "base_bits_per_base": exact["base_bits_per_base"], "positions": exact["positions"],
            "rows": rows, "best": best}
-(Path(__file__).parent / "tune_copies_on_training.json").write_text(json.dumps(summary, indent=2) + "\n")
+(ROOT / "results/quality/repeats/tune_copies_on_training.json").write_text(json.dumps(summary, indent=2) + "\n")
 print("exact only:", rows[0], "best:", best)
