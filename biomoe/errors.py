@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["GenomeInputError"]
+__all__ = ["ConfigError", "GenomeInputError"]
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message is one line that says what to change."""
 
 
 class GenomeInputError(ValueError):

@@ -9,8 +9,15 @@ import pytest
 import torch
 
 from biomoe import ModelConfig, MoETransformer
+from biomoe.model.backends import LayerBackends
+from biomoe.model.config import RuntimeConfig
+from biomoe.model.backends import LayerBackends
+from biomoe.model.config import RuntimeConfig
 from biomoe.model.compile import apply_compile
 from biomoe.training.module import BioMoEModule
+
+
+LOOP = LayerBackends(experts="loop")
 
 
 def tiny(**overrides) -> ModelConfig:
@@ -43,7 +50,7 @@ def test_compiled_blocks_match_eager_and_keep_keys(dtype):
 
 
 def test_module_compile_switch_compiles_every_block():
-    module = BioMoEModule(tiny(), compile=True)
+    module = BioMoEModule(tiny(), runtime=RuntimeConfig(compile=True))
     module.configure_model()
     assert all(getattr(block, "_compiled_call_impl", None) is not None for block in module.model.blocks)
     plain = BioMoEModule(tiny())
@@ -64,15 +71,15 @@ def test_compile_with_activation_checkpointing_compiles_and_replays_dropout():
         return gm.forward
 
     torch.manual_seed(0)
-    ref = MoETransformer(tiny(dropout=0.3, expert_backend="loop"))
+    ref = MoETransformer(tiny(dropout=0.3), LOOP)
     ids = torch.arange(48).reshape(2, 24) % 4 + 4
     grads = []
     for checkpointing in (False, True):
-        model = MoETransformer(tiny(dropout=0.3, expert_backend="loop"))
+        model = MoETransformer(tiny(dropout=0.3), LOOP)
         model.load_state_dict(ref.state_dict())
         if checkpointing:
             apply_activation_checkpointing(model)
-            counted = MoETransformer(tiny(expert_backend="loop"))
+            counted = MoETransformer(tiny(), LOOP)
             apply_activation_checkpointing(counted)
             apply_compile(counted, backend=counting_backend)
             counted(ids).logits.sum().backward()

@@ -148,12 +148,27 @@ def test_empty_folder(tmp_path, cache_dir) -> None:
     _expect_error(tmp_path / "empty", "no FASTA files", cache_dir)
 
 
-def test_duplicate_names_across_files(write_fasta, cache_dir) -> None:
-    a = write_fasta({"chr1": "ACGT"}, name="a.fa")
-    b = write_fasta({"chr1": "GGGG"}, name="b.fa")
-    with pytest.raises(GenomeInputError, match="duplicate contig name 'chr1'") as info:
-        Genome([a, b], cache_dir=cache_dir)
-    assert str(b) in str(info.value) and str(a) in str(info.value)
+def test_duplicate_names_across_files_are_namespaced_by_file(write_fasta, cache_dir) -> None:
+    """Assemblers name contigs contig_1, contig_2, ... in every genome: a name in several files
+    becomes <file label>#<name> (each read from its own file); names in one file only stay."""
+    a = write_fasta({"chr1": "ACGT", "only_a": "TTTT"}, name="a.fa")
+    b = write_fasta({"chr1": "GGGGCC"}, name="b.fa.gz", compression="gzip")
+    with pytest.warns(UserWarning, match="'chr1' occurs in several FASTA files"):
+        genome = Genome([a, b], cache_dir=cache_dir)
+    assert genome.names == ["a#chr1", "only_a", "b#chr1"]
+    assert genome.labels == ["a", "b"]
+    assert genome.fetch("a#chr1", 0, 4) == "ACGT" and genome.fetch("b#chr1", 0, 6) == "GGGGCC"
+    assert genome.fetch("only_a", 0, 4) == "TTTT"
+    assert [c.file_index for c in genome.contigs] == [0, 0, 1]
+    assert genome.contig("b#chr1").record_name == "chr1"
+
+
+def test_file_labels_stay_unique() -> None:
+    from biomoe.data.fasta import file_labels
+
+    assert file_labels([Path("x/ecoli.fna.gz"), Path("x/staph.fa")]) == ["ecoli", "staph"]
+    assert file_labels([Path("x/g.fa"), Path("x/g.fa.gz")]) == ["g.fa", "g.fa.gz"]
+    assert len(set(file_labels([Path("x/g.fa"), Path("y/g.fa")]))) == 2
 
 
 def test_corrupted_gzip(write_fasta, cache_dir) -> None:

@@ -7,6 +7,12 @@ from biomoe import ConfigError, ModelConfig, MoETransformer
 from biomoe.model.losses import masked_cross_entropy
 
 
+def with_experts(cfg: ModelConfig, backend: str) -> MoETransformer:
+    from biomoe.model.backends import LayerBackends
+
+    return MoETransformer(cfg, LayerBackends(experts=backend))
+
+
 def tiny_config(**overrides) -> ModelConfig:
     base = dict(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                 num_experts=4, top_k=2, ffn_hidden_size=32)
@@ -36,12 +42,12 @@ def test_checkpoint_moves_between_backends_with_same_loss(tmp_path):
     torch.manual_seed(0)
     ids = torch.randint(4, 8, (2, 32))
     labels, mask = ids.roll(-1, dims=1), torch.ones(2, 32, dtype=torch.bool)
-    source = MoETransformer(tiny_config(expert_backend="loop"))
+    source = with_experts(tiny_config(), "loop")
     path = tmp_path / "model.pt"
     torch.save(source.state_dict(), path)
     loss_source = masked_cross_entropy(source(ids).logits, labels, mask)
     for backend in ("grouped", "loop"):
-        target = MoETransformer(tiny_config(expert_backend=backend))
+        target = with_experts(tiny_config(), backend)
         target.load_state_dict(torch.load(path))
         loss = masked_cross_entropy(target(ids).logits, labels, mask)
         torch.testing.assert_close(loss, loss_source, rtol=1e-5, atol=1e-6)
@@ -74,7 +80,6 @@ def test_block_listed_twice_in_moe_layers_counts_once_in_router_losses():
     (dict(top_k=5), "top_k"),
     (dict(hidden_size=30), "not divisible"),
     (dict(num_kv_heads=3), "num_kv_heads"),
-    (dict(expert_backend="magic"), "unknown"),
     (dict(moe_layers=[7]), "moe_layers"),
     (dict(dropout=1.0), "dropout"),
 ])

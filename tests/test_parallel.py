@@ -23,7 +23,9 @@ from torch.distributed.tensor import DTensor
 
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
-from biomoe.parallel import ParallelDims, build_meshes, parallelize
+from biomoe.model.backends import LayerBackends
+from biomoe.parallel import ParallelDims, ParallelPlan, build_meshes
+from biomoe.parallel.parallelize import apply_data_parallelism, apply_expert_parallelism
 
 SEQ = 16
 GLOBAL_BATCH = 4
@@ -65,10 +67,19 @@ def run_ranks(world: int, fn, *args) -> None:
 # ----------------------------------------------------------------------------- the model
 def tiny_config(backend: str = "grouped", **overrides) -> ModelConfig:
     values = dict(vocab_size=16, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                  num_experts=4, top_k=2, ffn_hidden_size=32, expert_backend=backend,
-                  aux_loss_coef=0.1, z_loss_coef=0.01)
+                  num_experts=4, top_k=2, ffn_hidden_size=32, aux_loss_coef=0.1, z_loss_coef=0.01)
     values.update(overrides)
-    return ModelConfig(**values)
+    cfg = ModelConfig(**values)
+    cfg.test_expert_backend = backend  # which kernel build() uses; not part of the architecture
+    return cfg
+
+
+def parallelize(model: torch.nn.Module, meshes, load_balancing: str = "global") -> torch.nn.Module:
+    """The parallel steps of biomoe.build.build_model, on a model the test built itself."""
+    plan = ParallelPlan(meshes, load_balancing)
+    apply_expert_parallelism(model, plan)
+    apply_data_parallelism(model, plan)
+    return model
 
 
 def global_batch(seed: int = 123) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,8 +97,8 @@ def loss_of(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor, cfg
 def build(cfg: ModelConfig, seed: int = 0, expert_bias: list[float] | None = None,
           activation_checkpointing: bool = False) -> MoETransformer:
     torch.manual_seed(seed)
-    model = MoETransformer(cfg)
-    if activation_checkpointing:  # applied before parallelize, as BioMoEModule.configure_model does
+    model = MoETransformer(cfg, LayerBackends(experts=getattr(cfg, "test_expert_backend", "grouped")))
+    if activation_checkpointing:  # between expert and data parallelism, as build_model does
         from biomoe.model.activation_checkpointing import apply_activation_checkpointing
 
         apply_activation_checkpointing(model)

@@ -93,8 +93,8 @@ def test_unreadable_path(tmp_path: Path, capsys, monkeypatch) -> None:
     (["--model.config.top_k", "5"], "model.config.top_k=5 is larger than model.config.num_experts=4"),
     (["--model.config.hidden_size", "30"], "model.config.hidden_size=30 is not divisible by model.config.num_heads=4"),
     (["--model.config.num_kv_heads", "3"], "model.config.num_kv_heads=3 does not divide model.config.num_heads=4"),
-    (["--model.config.expert_backend", "warp"], "model.config.expert_backend='warp' is unknown"),
-    (["--model.config.precision", "fp3"], "precision 'fp3' is unknown"),
+    (["--model.runtime.expert_backend", "warp"], "model.runtime.expert_backend: 'warp' is unknown"),
+    (["--model.runtime.precision", "fp3"], "model.runtime.precision: 'fp3' is unknown"),
     (["--trainer.strategy", "biomoe.parallel.strategy.ExpertParallelStrategy",
       "--trainer.strategy.expert_parallel_size", "3", "--trainer.devices", "2"],
      "expert_parallel_size=3 does not divide model.config.num_experts=4"),
@@ -189,8 +189,8 @@ def test_no_held_out_split_is_an_error(tmp_path: Path, capsys, command: str) -> 
 @pytest.mark.parametrize("command", ["fit", "validate"])
 def test_ckpt_hparams_do_not_override_runtime_switches(tmp_path: Path, monkeypatch, command: str) -> None:
     """Lightning merges --ckpt_path's hyperparameters over the command line: a checkpoint written with
-    model.compile=true resumed or validated compiled even with --model.compile false (a machine without a
-    C compiler could not run it at all). How to run comes from the config; what the model is, from the
+    model.runtime.compile=true resumed or validated compiled even with --model.runtime.compile false (a
+    machine without a C compiler could not run it at all). How to run comes from the config; what the model is, from the
     checkpoint."""
     torch = pytest.importorskip("torch")
     from biomoe.training.cli import BioMoECLI, run_lightning_cli
@@ -199,8 +199,8 @@ def test_ckpt_hparams_do_not_override_runtime_switches(tmp_path: Path, monkeypat
     ckpt = tmp_path / "m.ckpt"
     config = {**vars(ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                                  num_experts=4, top_k=2, ffn_hidden_size=32)), "dropout": 0.25}
-    torch.save({"state_dict": {}, "hyper_parameters": {"config": config, "compile": True,
-                                                       "activation_checkpointing": True}}, ckpt)
+    runtime = {"compile": True, "activation_checkpointing": True, "precision": "fp8-block"}
+    torch.save({"state_dict": {}, "hyper_parameters": {"config": config, "runtime": runtime}}, ckpt)
     seen = {}
 
     class Stop(Exception):
@@ -212,8 +212,11 @@ def test_ckpt_hparams_do_not_override_runtime_switches(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(BioMoECLI, "before_instantiate_classes", capture)
     with pytest.raises(Stop):
-        run_lightning_cli([command, "--config", TINY, "--model.compile", "false", "--ckpt_path", str(ckpt)])
-    assert seen["compile"] is False and seen["activation_checkpointing"] is False
+        run_lightning_cli([command, "--config", TINY, "--model.runtime.compile", "false",
+                           "--ckpt_path", str(ckpt)])
+    runtime = seen["runtime"]
+    assert runtime["compile"] is False and runtime["activation_checkpointing"] is False
+    assert runtime["precision"] == "bf16"
     assert seen["config"]["dropout"] == 0.25  # the model itself still comes from the checkpoint
 
 

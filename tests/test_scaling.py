@@ -24,8 +24,8 @@ def tiny_ep_config() -> dict:
                     "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                                    "init_args": {"save_last": True}}]},
         "model": {"config": {"vocab_size": 64, "hidden_size": 32, "num_layers": 2, "num_heads": 4,
-                             "num_kv_heads": 2, "num_experts": 4, "top_k": 2, "ffn_hidden_size": 64,
-                             "expert_backend": "grouped", "precision": "bf16"},
+                             "num_kv_heads": 2, "num_experts": 4, "top_k": 2, "ffn_hidden_size": 64},
+                  "runtime": {"expert_backend": "grouped", "precision": "bf16"},
                   "optim": {"lr": 3.0e-3, "warmup_steps": 100}},
         "data": {"fasta": str(ROOT / "data/lambda_virus.fa.gz"), "seq_length": 128, "stride": 128,
                  "batch_size": 2, "num_workers": 0, "val_fraction": 0.1},
@@ -47,7 +47,7 @@ def test_scaling_config_changes_only_the_layout_and_run(tmp_path):
     cfg = scaling.scaling_config(base, scaling.Layout(2, 2), "fp8-block", 20, tmp_path, layers=3)
     assert cfg["trainer"]["devices"] == 4
     assert cfg["trainer"]["strategy"]["init_args"]["expert_parallel_size"] == 2
-    assert cfg["model"]["config"]["num_layers"] == 3 and cfg["model"]["config"]["precision"] == "fp8-block"
+    assert cfg["model"]["config"]["num_layers"] == 3 and cfg["model"]["runtime"]["precision"] == "fp8-block"
     assert cfg["model"]["optim"]["warmup_steps"] == 100  # the recipe's own warm-up: no squeezed spike
     squeezed = scaling.scaling_config(base, scaling.Layout(1, 1), "bf16", 20, tmp_path, lr_warmup_steps=4)
     assert squeezed["model"]["optim"]["warmup_steps"] == 4 and base["model"]["optim"]["warmup_steps"] == 100
@@ -128,12 +128,12 @@ def test_scaling_config_drops_the_precision_fallback_and_pinned_shard_size(tmp_p
     """A point is labelled with the precision it asks for, so it must not quietly run another
     (mixtral-8x7b-ep8 falls back from mxfp8 to fp8-block); and its GPU count sets the FSDP size."""
     base = tiny_ep_config()
-    base["model"]["config"]["precision_fallback"] = "bf16"
+    base["model"]["runtime"]["precision_fallback"] = "bf16"
     base["trainer"]["strategy"]["init_args"]["data_parallel_shard_size"] = 8
     cfg = scaling.scaling_config(base, scaling.Layout(1, 2), "fp8-block", 5, tmp_path)
-    assert "precision_fallback" not in cfg["model"]["config"]
+    assert "precision_fallback" not in cfg["model"]["runtime"]
     assert cfg["trainer"]["strategy"]["init_args"]["data_parallel_shard_size"] == "auto"
-    assert base["model"]["config"]["precision_fallback"] == "bf16"
+    assert base["model"]["runtime"]["precision_fallback"] == "bf16"
 
 
 def test_shape_of_fills_what_the_config_leaves_to_the_defaults():

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from biomoe.model.config import ConfigError, ModelConfig
+from biomoe.model.backends import LayerBackends
+from biomoe.model.config import ConfigError, ModelConfig, RuntimeConfig
 from biomoe.backends.te.availability import DeviceInfo
 from biomoe.backends.te.experts import GroupPadding, choose_expert_backend, interleave_glu_rows
 from biomoe.backends.te.precision import (PRECISIONS, parse_precision, resolve_precision,
@@ -30,8 +31,8 @@ def test_parse_precision_normalises(raw, want):
 def test_unknown_precision_is_a_config_error():
     with pytest.raises(ConfigError, match="fp16"):
         parse_precision("fp16")
-    with pytest.raises(ConfigError):
-        ModelConfig(precision="int8")
+    with pytest.raises(ConfigError, match="model.runtime.precision"):
+        RuntimeConfig(precision="int8")
 
 
 def test_supported_precisions_follow_capability():
@@ -116,31 +117,30 @@ def test_interleave_matches_te_block_layout():
     assert inter[2 * b:3 * b] == list(range(b, 2 * b))
 
 
-def test_runtime_on_cpu_keeps_torch_paths_and_state_dict():
+def test_build_on_cpu_keeps_torch_paths_and_state_dict():
+    from biomoe.build import build_model
     from biomoe.model.transformer import MoETransformer
-    from biomoe.backends.te.runtime import prepare
 
     cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                      num_experts=4, top_k=2, ffn_hidden_size=64, expert_backend="auto")
-    model = MoETransformer(cfg)
-    keys = set(model.state_dict())
-    runtime = prepare(model, cfg, torch.device("cpu"))
-    assert set(model.state_dict()) == keys
-    assert runtime.paths["experts"].startswith("grouped")
-    assert cfg.expert_backend == "auto"  # the config (and saved hparams) keep "auto"
-    with runtime.autocast():
-        out = model(torch.randint(0, 16, (2, 8)))
+                      num_experts=4, top_k=2, ffn_hidden_size=64)
+    runtime = RuntimeConfig(expert_backend="auto")
+    built = build_model(cfg, runtime, torch.device("cpu"))
+    assert set(built.model.state_dict()) == set(MoETransformer(cfg).state_dict())
+    assert built.selection.paths["experts"].startswith("grouped")
+    assert built.model.blocks[0].mlp.experts.backend_name == "grouped"
+    assert runtime.expert_backend == "auto"  # the settings (and saved hparams) keep "auto"
+    with built.autocast():
+        out = built.model(torch.randint(0, 16, (2, 8)))
     assert out.logits.shape == (2, 8, 16)
 
 
 def test_asking_for_te_on_cpu_is_a_config_error():
-    from biomoe.model.transformer import MoETransformer
-    from biomoe.backends.te.runtime import prepare
+    from biomoe.build import build_model
 
     cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2,
-                      num_experts=4, top_k=2, ffn_hidden_size=64, attention_backend="te")
-    with pytest.raises(ConfigError, match="attention_backend=te"):
-        prepare(MoETransformer(cfg), cfg, torch.device("cpu"))
+                      num_experts=4, top_k=2, ffn_hidden_size=64)
+    with pytest.raises(ConfigError, match="model.runtime.attention_backend: te needs"):
+        build_model(cfg, RuntimeConfig(attention_backend="te"), torch.device("cpu"))
 
 
 def test_routed_experts_follow_the_routing_map_when_a_weight_underflows():
@@ -208,9 +208,10 @@ def test_activation_checkpointing_recomputes_through_te_under_an_fp8_recipe(monk
     fake = _FakeTE(enabled=fp8)
     fake.install(monkeypatch)
     cfg = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                      num_experts=4, top_k=2, ffn_hidden_size=64, expert_backend="loop", dropout=0.1)
+                      num_experts=4, top_k=2, ffn_hidden_size=64, dropout=0.1)
     torch.manual_seed(0)
-    plain, wrapped = MoETransformer(cfg), MoETransformer(cfg)
+    loop = LayerBackends(experts="loop")
+    plain, wrapped = MoETransformer(cfg, loop), MoETransformer(cfg, loop)
     wrapped.load_state_dict(plain.state_dict())
     apply_activation_checkpointing(wrapped)
     ids = torch.randint(4, 8, (2, 16))

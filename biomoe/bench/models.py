@@ -9,9 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from biomoe.bench.shapes import BenchShape
-from biomoe.model.config import ModelConfig
+from biomoe.model.config import ModelConfig, RuntimeConfig
 from biomoe.model.losses import masked_cross_entropy
-from biomoe.model.transformer import MoETransformer
 
 
 @dataclass
@@ -24,12 +23,14 @@ class Contender:
     fused_adam: bool
 
 
-def build_hf(shape: BenchShape, experts_impl: str, device: torch.device,
-             fused_adam: bool = False) -> Contender:
-    """HF Mixtral in bf16 with the given experts implementation ("grouped_mm" default, "eager").
+def build_hf(shape: BenchShape, experts_impl: str, device: torch.device, fused_adam: bool = False,
+             amp: bool = False, label: str | None = None) -> Contender:
+    """HF Mixtral with the given experts implementation ("grouped_mm", "eager").
 
-    The optimizer is torch's AdamW with its defaults (the multi-tensor ``foreach`` kernels) unless
-    ``fused_adam``: that extra row shows how much of biomoe's lead comes from its fused AdamW.
+    Pure bf16 weights by default. ``amp``: fp32 weights with the forward under
+    ``torch.autocast(bfloat16)``, which is what HF's Trainer does with ``bf16=True`` on an fp32
+    model. The optimizer is torch's AdamW: fused with ``fused_adam`` (HF Trainer's default for
+    torch >= 2.8), else its ``foreach`` default.
     """
     from transformers import MixtralConfig, MixtralForCausalLM
 
@@ -41,15 +42,20 @@ def build_hf(shape: BenchShape, experts_impl: str, device: torch.device,
         tie_word_embeddings=False, output_router_logits=False,
         attn_implementation="sdpa", experts_implementation=experts_impl)
     with torch.device(device):
-        model = MixtralForCausalLM(config).to(torch.bfloat16)
+        model = MixtralForCausalLM(config)
+    if not amp:
+        model = model.to(torch.bfloat16)
     model.config.use_cache = False
 
     def loss_fn(ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        logits = model(input_ids=ids, use_cache=False).logits
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            logits = model(input_ids=ids, use_cache=False).logits
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
-    label = "hf-default(grouped_mm)" if experts_impl == "grouped_mm" else f"hf-{experts_impl}"
-    return Contender(label + ("+fused-adamw" if fused_adam else ""), model, loss_fn, fused_adam=fused_adam)
+    if label is None:
+        label = "hf-default(grouped_mm)" if experts_impl == "grouped_mm" else f"hf-{experts_impl}"
+        label += ("+amp" if amp else "") + ("+fused-adamw" if fused_adam else "")
+    return Contender(label, model, loss_fn, fused_adam=fused_adam)
 
 
 @dataclass
@@ -72,17 +78,15 @@ def reference_init(shape: BenchShape, device: torch.device, seed: int = 0) -> Re
     hf_cfg = model_config_from_hf(hf.config.to_dict())
     state = {k: v.detach().to("cpu", copy=True) for k, v in hf.state_dict().items()}
     del hf
-    converted = from_hf_state_dict(state, biomoe_config(shape, "grouped"))
+    converted = from_hf_state_dict(state, biomoe_config(shape))
     return ReferenceInit(converted, hf_cfg.rope_theta, hf_cfg.norm_eps)
 
 
-def biomoe_config(shape: BenchShape, backend: str, precision: str = "bf16",
-                  init: ReferenceInit | None = None, **layer_backends: str) -> ModelConfig:
-    """``layer_backends``: e.g. ``norm_backend="torch"`` to take one TE component out (ablation)."""
+def biomoe_config(shape: BenchShape, init: ReferenceInit | None = None) -> ModelConfig:
+    """The benchmark shape as a biomoe architecture (HF's rope/norm settings when comparing)."""
     kwargs = dict(vocab_size=shape.vocab, hidden_size=shape.hidden, num_layers=shape.layers,
                   num_heads=shape.heads, num_kv_heads=shape.kv_heads, num_experts=shape.experts,
-                  top_k=shape.top_k, ffn_hidden_size=shape.ffn, expert_backend=backend,
-                  precision=precision, **layer_backends)
+                  top_k=shape.top_k, ffn_hidden_size=shape.ffn)
     if init is not None:
         kwargs.update(rope_theta=init.rope_theta, norm_eps=init.norm_eps)
     return ModelConfig(**kwargs)
@@ -92,27 +96,23 @@ def build_biomoe(shape: BenchShape, backend: str, precision: str, device: torch.
                  activation_checkpointing: bool = False, compile_blocks: bool = False,
                  init: ReferenceInit | None = None, layer_backends: dict[str, str] | None = None,
                  label: str | None = None) -> Contender:
-    config = biomoe_config(shape, backend, precision, init, **(layer_backends or {}))
+    """biomoe's bare loop: the model as training builds it (:func:`biomoe.build.build_model`),
+    in bf16 weights, without Lightning around it. ``layer_backends``: e.g.
+    ``{"norm_backend": "torch"}`` to take one TE component out (ablation)."""
+    from biomoe.build import build_model
+
+    config = biomoe_config(shape, init)
+    runtime = RuntimeConfig(precision=precision, expert_backend=backend, compile=compile_blocks,
+                            activation_checkpointing=activation_checkpointing, **(layer_backends or {}))
     with torch.device(device):
-        model = MoETransformer(config).to(torch.bfloat16)
+        built = build_model(config, runtime, device, announce=print)
+    model = built.model.to(torch.bfloat16)
     if init is not None:
         model.load_state_dict(init.state_dict)  # copies into the bf16 parameters
-    # The same start-up as training: precision check, TE layers where available, `auto` resolved.
-    from biomoe.backends.te.runtime import prepare
-
-    runtime = prepare(model, config, device, announce=print)
-    if activation_checkpointing:
-        from biomoe.model.activation_checkpointing import apply_activation_checkpointing
-
-        apply_activation_checkpointing(model)
-    if compile_blocks:
-        from biomoe.model.compile import apply_compile
-
-        apply_compile(model)
     coefs = (config.aux_loss_coef, config.z_loss_coef)
 
     def loss_fn(ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        with runtime.autocast():
+        with built.autocast():
             out = model(ids)
         mask = torch.ones_like(labels, dtype=torch.bool)
         return masked_cross_entropy(out.logits, labels, mask) + coefs[0] * out.aux_loss + coefs[1] * out.z_loss

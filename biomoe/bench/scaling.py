@@ -162,17 +162,17 @@ def scaling_config(base: dict, layout: Layout, precision: str, steps: int, run_d
                             if not c["class_path"].endswith("ModelCheckpoint")]
     trainer["callbacks"].append({"class_path": "lightning.pytorch.callbacks.DeviceStatsMonitor"})
     model = cfg["model"]
-    model["config"]["precision"] = precision
-    model["config"].pop("precision_fallback", None)
+    runtime = model.setdefault("runtime", {})
+    runtime["precision"] = precision
+    runtime.pop("precision_fallback", None)
     if layers is not None:
         model["config"]["num_layers"] = layers
     if activation_checkpointing is not None:
-        model["activation_checkpointing"] = activation_checkpointing
+        runtime["activation_checkpointing"] = activation_checkpointing
     if lr_warmup_steps is not None:
         # The config's own warm-up is the default: a short fit is then the recipe's first steps.
-        # Squeezing mixtral-8x7b-ep8's 2,000-step warm-up into steps/5 (what the runner did until the
-        # fourth session) sent every 2-layer run from loss 2.1 to ~22 at step 2, on every layout and
-        # precision, and one-GPU fp8-block runs on to NaN.
+        # Squeezing mixtral-8x7b-ep8's 2,000-step warm-up into steps/5 sent every 2-layer run from
+        # loss 2.1 to ~22 at step 2, on every layout and precision, and one-GPU fp8-block to NaN.
         model.setdefault("optim", {})["warmup_steps"] = int(lr_warmup_steps)
     if fasta is not None:
         cfg["data"]["fasta"] = fasta
@@ -221,7 +221,7 @@ def result_from_metrics(cfg: dict, model: str, precision: str, layout: Layout, m
                          tflops_per_gpu=tflops, mfu=tflops / PEAK_BF16_TFLOPS,
                          peak_mem_gb=metrics["peak_mem_gb"], first_loss=metrics["first_loss"],
                          last_loss=metrics["last_loss"], wall_s=wall_s, concurrent=concurrent,
-                         activation_checkpointing=bool(cfg["model"].get("activation_checkpointing")),
+                         activation_checkpointing=bool(cfg["model"].get("runtime", {}).get("activation_checkpointing")),
                          lr_warmup_steps=int(cfg["model"].get("optim", {}).get("warmup_steps",
                                                                                OptimConfig.warmup_steps)))
 
@@ -384,7 +384,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     failures = 0
     layers = args.layers or shape_of(base).layers  # the config's depth, or the model's default
-    ac = (bool(base["model"].get("activation_checkpointing")) if args.activation_checkpointing is None
+    ac = (bool(base["model"].get("runtime", {}).get("activation_checkpointing")) if args.activation_checkpointing is None
           else args.activation_checkpointing)
     for precision in precisions:
         for layout in layouts:

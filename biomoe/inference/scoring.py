@@ -18,6 +18,7 @@ import torch
 from biomoe.model.config import ConfigError, ModelConfig
 from biomoe.errors import GenomeInputError
 from biomoe.model.losses import per_position_log_likelihood
+from biomoe.model.backends import LayerBackends
 from biomoe.model.transformer import MoETransformer
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 
@@ -50,9 +51,7 @@ def load_model(ckpt_path: str | os.PathLike[str], map_location: str = "cpu",
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=False)
         cfg = model_config_from(ckpt.get("hyper_parameters", {}))
-        if expert_backend is not None:
-            cfg.expert_backend = expert_backend
-        model = MoETransformer(cfg)
+        model = MoETransformer(cfg, LayerBackends(experts=expert_backend or "grouped"))
         state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
         model.load_state_dict(state)
     except (GenomeInputError, ConfigError):

@@ -92,7 +92,7 @@ def model_config_from_hf(config: dict) -> ModelConfig:
         ffn_hidden_size=config["intermediate_size"], norm_eps=config.get("rms_norm_eps", 1e-5),
         rope_theta=float(rope.get("rope_theta", config.get("rope_theta", 1e6))),
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
-        aux_loss_coef=config.get("router_aux_loss_coef", 0.01), expert_backend="grouped")
+        aux_loss_coef=config.get("router_aux_loss_coef", 0.01))
 
 
 def to_hf_state_dict(model: MoETransformer) -> dict[str, Tensor]:

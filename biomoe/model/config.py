@@ -9,13 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-class ConfigError(ValueError):
-    """An invalid configuration; the message is one line that says what to change."""
+from biomoe.errors import ConfigError
 
-
-LAYER_BACKEND_FIELDS: tuple[str, ...] = ("norm_backend", "attention_backend", "router_backend",
-                                         "dispatch_backend")
-"""The ModelConfig fields that pick torch or TE for one layer component (``auto | torch | te``)."""
+__all__ = ["ConfigError", "ModelConfig", "OptimConfig", "check_expert_parallel"]
 
 
 @dataclass
@@ -44,21 +40,6 @@ class ModelConfig:
     router_bias_update_rate: float = 0.0
     """> 0 enables auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias added to the
     routing scores for expert *selection only*, nudged by this rate after every optimizer step."""
-    expert_backend: str = "grouped"
-    """loop | grouped | te | te_fused | auto (te* need Transformer Engine and a GPU)."""
-    precision: str = "bf16"
-    """bf16 | fp8-delayed | fp8-current | fp8-block | mxfp8 | nvfp4: the TE recipe entered around
-    the forward (biomoe.backends.te.precision). Checked against the GPU at start-up."""
-    precision_fallback: str | None = None
-    """Precision to use (logged) if ``precision`` cannot run on this GPU; None = fail at start-up."""
-    attention_backend: str = "auto"
-    """auto | torch | te (TE DotProductAttention); auto = TE where usable."""
-    norm_backend: str = "auto"
-    """auto | torch | te (TE RMSNorm); auto = TE where usable."""
-    router_backend: str = "auto"
-    """auto | torch | te (TE fused top-k router and aux loss); auto = TE where usable."""
-    dispatch_backend: str = "auto"
-    """auto | torch | te (TE moe_permute/unpermute); auto = TE where usable."""
     init_std: float = 0.02
     tie_embeddings: bool = False
     dropout: float = 0.0
@@ -107,19 +88,6 @@ class ModelConfig:
             raise ConfigError(f"model.config.dropout={self.dropout} must be in [0, 1)")
         if self.aux_loss_coef < 0 or self.z_loss_coef < 0:
             raise ConfigError("model.config.aux_loss_coef and model.config.z_loss_coef must be >= 0")
-        from biomoe.backends.te.precision import parse_precision  # no TE import; name check only
-
-        parse_precision(self.precision)
-        if self.precision_fallback is not None:
-            parse_precision(self.precision_fallback)
-        for name in LAYER_BACKEND_FIELDS:
-            if getattr(self, name) not in ("auto", "torch", "te"):
-                raise ConfigError(f"model.config.{name}={getattr(self, name)!r}; choose auto, torch or te")
-        from biomoe.model.moe.experts import known_backends  # local import: registry fills at import
-
-        if self.expert_backend not in known_backends():
-            raise ConfigError(f"model.config.expert_backend={self.expert_backend!r} is unknown; "
-                              f"choose one of {', '.join(known_backends())}")
 
     def active_params_per_token(self) -> int:
         """Parameters touched per token (embedding lookup excluded, LM head included): the N in 6·N·tokens."""
@@ -174,3 +142,66 @@ class OptimConfig:
     """Length of the cosine schedule; defaults to the trainer's estimated stepping batches."""
     fused: bool | None = None
     """Fused AdamW kernel; None = on for CUDA, off otherwise."""
+    master_weights: bool | None = None
+    """Keep fp32 master copies of the weights in the optimizer. None = whenever the parameters are
+    stored in lower precision (``trainer.precision: bf16-true``): the model then computes with bf16
+    weights, and the update is applied to fp32 copies, so small updates are not rounded away."""
+
+
+BACKEND_CHOICES: tuple[str, ...] = ("auto", "torch", "te")
+LAYER_BACKEND_FIELDS: tuple[str, ...] = ("norm_backend", "attention_backend", "router_backend",
+                                         "dispatch_backend")
+"""The RuntimeConfig fields that pick torch or TE for one layer component (``auto | torch | te``)."""
+
+
+@dataclass
+class RuntimeConfig:
+    """How the model runs, as opposed to what it is (:class:`ModelConfig`).
+
+    None of these change the parameters: a checkpoint trained with one runtime loads under any
+    other, so validate/score/export may run a model differently from how it was trained.
+    """
+
+    precision: str = "bf16"
+    """bf16 | fp8-delayed | fp8-current | fp8-block | mxfp8 | nvfp4: the Transformer Engine recipe
+    entered around the forward. Checked against the GPU at start-up (MXFP8/NVFP4 need Blackwell)."""
+    precision_fallback: str | None = None
+    """Precision to use (logged) if ``precision`` cannot run on this GPU; None = fail at start-up."""
+    expert_backend: str = "auto"
+    """loop | grouped | te | te_fused | auto: how the experts compute (te* need Transformer Engine
+    and a GPU; auto = the fastest measured choice for the device and precision)."""
+    attention_backend: str = "auto"
+    """auto | torch | te (TE DotProductAttention); auto = TE where usable."""
+    norm_backend: str = "auto"
+    """auto | torch | te (TE RMSNorm); auto = TE where usable."""
+    router_backend: str = "auto"
+    """auto | torch | te (TE fused top-k router and aux loss); auto = TE where usable."""
+    dispatch_backend: str = "auto"
+    """auto | torch | te (TE moe_permute/unpermute); auto = TE where usable."""
+    compile: bool = False
+    """Run each block through ``torch.compile``: fuses the memory-bound work around the GEMMs
+    (norms, rotary, SwiGLU, routing) at the price of compile time in the first steps. Transformer
+    Engine calls stay eager (the compiler works around them)."""
+    activation_checkpointing: bool = False
+    """Recompute each block in backward: long contexts (hundreds of kilobases on one GPU) for about
+    a third more compute."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        from biomoe.precisions import parse_precision  # TE-free name table
+
+        self.precision = parse_precision(self.precision, key="model.runtime.precision")
+        if self.precision_fallback is not None:
+            self.precision_fallback = parse_precision(self.precision_fallback,
+                                                      key="model.runtime.precision_fallback")
+        for name in LAYER_BACKEND_FIELDS:
+            if getattr(self, name) not in BACKEND_CHOICES:
+                raise ConfigError(f"model.runtime.{name}: {getattr(self, name)!r} is not one of "
+                                  f"{', '.join(BACKEND_CHOICES)}")
+        from biomoe.model.moe.experts import known_backends
+
+        if self.expert_backend not in known_backends():
+            raise ConfigError(f"model.runtime.expert_backend: {self.expert_backend!r} is unknown; "
+                              f"choose one of {', '.join(known_backends())}")

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from biomoe.model.backends import TORCH_BACKENDS, LayerBackends
 from biomoe.model.config import ModelConfig
 from biomoe.model.moe import Experts, MoELayer, TopKRouter
 from biomoe.model.moe.experts import scaled_init_std
@@ -27,10 +28,13 @@ class ModelOutput:
     z_loss: Tensor  # mean over MoE layers
 
 
-def rotary_tables(seq_len: int, head_dim: int, theta: float, device: torch.device) -> tuple[Tensor, Tensor]:
-    """cos/sin tables [seq, head_dim/2] in fp32 (computed per call: cheap, and no stale cache)."""
+def rotary_tables(seq_len: int, head_dim: int, theta: float, device: torch.device,
+                  offset: int = 0) -> tuple[Tensor, Tensor]:
+    """cos/sin tables [seq, head_dim/2] in fp32 for positions ``offset .. offset + seq_len - 1``
+    (computed per call: cheap, and no stale cache). ``offset`` is the number of tokens already in a
+    :class:`KVCache`, so a token gets the same rotation whether it is fed alone or in a sequence."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
-    positions = torch.arange(seq_len, device=device, dtype=torch.float32)
+    positions = torch.arange(offset, offset + seq_len, device=device, dtype=torch.float32)
     angles = torch.outer(positions, inv_freq)
     return angles.cos(), angles.sin()
 
@@ -43,8 +47,34 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return rotated.to(x.dtype)
 
 
+class KVCache:
+    """Keys and values of the tokens seen so far, one buffer per block, for incremental decoding.
+
+    Without it every new token re-reads the whole sequence (quadratic in its length); with it a
+    step computes attention for the new tokens only. Buffers are allocated once for
+    ``max_length`` tokens. The model advances :attr:`length` after all blocks saw the new tokens.
+    """
+
+    def __init__(self, cfg: ModelConfig, batch_size: int, max_length: int,
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
+        shape = (batch_size, cfg.num_kv_heads, max_length, cfg.head_dim)
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.max_length = max_length
+        self.length = 0
+
+    def update(self, layer_id: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new tokens' ``k``/``v`` [b, kv_heads, s, d]; return all keys/values so far."""
+        end = self.length + k.shape[2]
+        if end > self.max_length:
+            raise ValueError(f"KVCache holds {self.max_length} tokens; {end} were fed")
+        self.keys[layer_id][:, :, self.length:end] = k
+        self.values[layer_id][:, :, self.length:end] = v
+        return self.keys[layer_id][:, :, :end], self.values[layer_id][:, :, :end]
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, backends: LayerBackends = TORCH_BACKENDS) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.rope_theta = cfg.rope_theta
@@ -52,24 +82,34 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
-        # Optional fused kernel (e.g. TE DotProductAttention, installed by biomoe.backends.te.layers):
-        # callable(q, k, v) on [b, h, s, d] with GQA handled inside -> [b, s, h*d]; no parameters.
-        self.core_attention = None
+        # Optional fused kernel (e.g. TE DotProductAttention): no parameters, so no state_dict keys.
+        self.core_attention = (None if backends.core_attention is None
+                               else backends.core_attention(self.num_heads, self.num_kv_heads, self.head_dim))
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None,
+                layer_id: int = 0) -> Tensor:
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if self.core_attention is not None:
+        past = 0
+        if cache is not None:
+            past = cache.length
+            k, v = cache.update(layer_id, k, v)
+        elif self.core_attention is not None:  # fused kernels are for training; decoding uses SDPA
             return self.o_proj(self.core_attention(q, k, v))
         if self.num_kv_heads != self.num_heads:
             # Expanding KV keeps every SDPA backend available (enable_gqa limits the choice).
             repeat = self.num_heads // self.num_kv_heads
             k = k.repeat_interleave(repeat, dim=1)
             v = v.repeat_interleave(repeat, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if past == 0:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            # SDPA's is_causal aligns the mask top-left; new query i sits at position past + i.
+            mask = torch.ones(s, past + s, dtype=torch.bool, device=x.device).tril(diagonal=past)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -88,38 +128,45 @@ class DenseMLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int) -> None:
+    def __init__(self, cfg: ModelConfig, layer_id: int, backends: LayerBackends = TORCH_BACKENDS) -> None:
         super().__init__()
         self.layer_id = layer_id
-        self.attn_norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.norm_eps)
-        self.attn = Attention(cfg)
-        self.mlp_norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.attn_norm = backends.norm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.attn = Attention(cfg, backends)
+        self.mlp_norm = backends.norm(cfg.hidden_size, eps=cfg.norm_eps)
         self.is_moe = layer_id in cfg.moe_layer_ids
         if self.is_moe:
             out_std = scaled_init_std(cfg.init_std, cfg.num_layers)
-            router = TopKRouter(cfg.hidden_size, cfg.num_experts, cfg.top_k, cfg.router_bias_update_rate)
+            router = backends.router(cfg.hidden_size, cfg.num_experts, cfg.top_k, cfg.router_bias_update_rate)
             experts = Experts(cfg.num_experts, cfg.hidden_size, cfg.ffn_hidden_size,
-                              cfg.expert_backend, cfg.init_std, out_std)
-            self.mlp: nn.Module = MoELayer(router, experts)
+                              backends.experts, cfg.init_std, out_std)
+            self.mlp: nn.Module = MoELayer(router, experts, backends.dispatcher())
         else:
             self.mlp = DenseMLP(cfg.hidden_size, cfg.dense_ffn_size)
         self.residual_dropout = nn.Dropout(cfg.dropout)  # identity when p = 0 or in eval mode
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        x = x + self.residual_dropout(self.attn(self.attn_norm(x), cos, sin))
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor,
+                cache: KVCache | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        x = x + self.residual_dropout(self.attn(self.attn_norm(x), cos, sin, cache, self.layer_id))
         mlp_out, aux, z = self.mlp(self.mlp_norm(x))
         return x + self.residual_dropout(mlp_out), aux, z
 
 
 class MoETransformer(nn.Module):
-    """Embedding → blocks → RMSNorm → LM head. ``forward`` returns logits and router losses."""
+    """Embedding → blocks → RMSNorm → LM head. ``forward`` returns logits and router losses.
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    ``backends`` picks the kernels of every layer (plain PyTorch by default); see
+    :mod:`biomoe.model.backends`. To build a model ready for a device, precision and parallel
+    layout, use :func:`biomoe.build.build_model`.
+    """
+
+    def __init__(self, cfg: ModelConfig, backends: LayerBackends = TORCH_BACKENDS) -> None:
         super().__init__()
         self.config = cfg
+        self.backends = backends
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_layers))
-        self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.blocks = nn.ModuleList(Block(cfg, i, backends) for i in range(cfg.num_layers))
+        self.norm = backends.norm(cfg.hidden_size, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
@@ -142,21 +189,20 @@ class MoETransformer(nn.Module):
     def moe_layers(self) -> list[MoELayer]:
         return [b.mlp for b in self.blocks if isinstance(b.mlp, MoELayer)]
 
-    def set_expert_backend(self, name: str) -> None:
-        for layer in self.moe_layers():
-            layer.experts.set_backend(name)
-        self.config.expert_backend = name
-
-    def forward(self, input_ids: Tensor, return_logits: bool = True) -> ModelOutput:
+    def forward(self, input_ids: Tensor, return_logits: bool = True, cache: KVCache | None = None) -> ModelOutput:
+        """``cache`` (inference): ``input_ids`` continue the tokens already in it, which attend to
+        those; the cache then holds them too."""
         x = self.embed(input_ids)
         cos, sin = rotary_tables(input_ids.shape[1], self.config.head_dim, self.config.rope_theta,
-                                 input_ids.device)
+                                 input_ids.device, offset=0 if cache is None else cache.length)
         aux_total = x.new_zeros((), dtype=torch.float32)
         z_total = x.new_zeros((), dtype=torch.float32)
         for block in self.blocks:
-            x, aux, z = block(x, cos, sin)
+            x, aux, z = block(x, cos, sin, cache)
             aux_total = aux_total + aux
             z_total = z_total + z
+        if cache is not None:
+            cache.length += input_ids.shape[1]
         n_moe = max(len(self.config.moe_layer_ids), 1)
         hidden = self.norm(x)
         logits = self.lm_head(hidden) if return_logits else None

@@ -8,15 +8,16 @@ The pieces, each in its own module (torchtitan's ``parallelize_*`` layout):
 * :mod:`~biomoe.parallel.load_balance` — router statistics reduced over a process group;
 * :mod:`~biomoe.parallel.fsdp` — ``fully_shard`` for dense blocks and for experts;
 * :mod:`~biomoe.parallel.grad_clip` — gradient clipping over parameters living on several meshes;
-* :mod:`~biomoe.parallel.parallelize` — the one function that applies all of the above;
+* :mod:`~biomoe.parallel.parallelize` — the parallel plan and the steps that apply it
+  (called by :func:`biomoe.build.build_model`, in torchtitan's order);
 * :mod:`~biomoe.parallel.checkpoint` — consolidating a distributed checkpoint into one file;
 * :mod:`~biomoe.parallel.strategy` — the Lightning strategy that drives it.
 """
 
 from biomoe.parallel.mesh import ParallelDims, ParallelMeshes, build_meshes
-from biomoe.parallel.parallelize import parallelize
+from biomoe.parallel.parallelize import ParallelPlan
 
-__all__ = ["ExpertParallelStrategy", "ParallelDims", "ParallelMeshes", "build_meshes", "parallelize"]
+__all__ = ["ExpertParallelStrategy", "ParallelDims", "ParallelMeshes", "ParallelPlan", "build_meshes"]
 
 
 def __getattr__(name: str):

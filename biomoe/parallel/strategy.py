@@ -4,7 +4,8 @@ What it changes relative to its parent (see docs: Lightning EP notes):
 
 * one root DeviceMesh ``(dp_replicate, dp_shard_mod_ep, ep)`` instead of ``(data, tensor)``;
 * the sampler splits data over *all* data ranks (EP ranks read different micro-batches);
-* :meth:`parallelize` shards a ``MoETransformer`` (called from ``configure_model``);
+* :meth:`parallel_plan` hands :func:`biomoe.build.build_model` the meshes and options (called from
+  ``configure_model``); at world size 1 nothing is sharded, so one GPU runs at single-device speed;
 * :meth:`clip_gradients_across_meshes` clips over dense and expert meshes together;
 * checkpoints are always distributed (DCP) and swapped in atomically; experts are stored under
   global expert ids, so EP sizes can change between save and load.
@@ -20,7 +21,7 @@ YAML::
 from __future__ import annotations
 
 from collections.abc import Generator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -30,14 +31,12 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.strategies.parallel import ParallelStrategy
-from lightning.pytorch.utilities import rank_zero_warn
-from torch import nn
 from torch.optim import Optimizer
 
 from biomoe.parallel.checkpoint import swap_in
 from biomoe.parallel.grad_clip import clip_grad_norm_, clip_grad_value_
 from biomoe.parallel.mesh import ParallelDims, ParallelMeshes, build_meshes
-from biomoe.parallel.parallelize import parallelize
+from biomoe.parallel.parallelize import ParallelPlan
 
 
 class ExpertParallelStrategy(ModelParallelStrategy):
@@ -52,7 +51,8 @@ class ExpertParallelStrategy(ModelParallelStrategy):
         load_balancing: ``global`` | ``ep`` | ``local`` — the group router statistics (aux loss,
             load, bias update) are summed over (see README "Multi-GPU and multi-node").
         meta_init: build the model on the meta device and initialise it after sharding (needed
-            for models that do not fit in one rank's memory).
+            for models that do not fit in one rank's memory). Otherwise it is built directly on
+            this rank's GPU, then sharded.
         reshard_after_forward: FSDP2 frees gathered block weights after forward (less memory,
             one more all-gather in backward).
     """
@@ -92,11 +92,6 @@ class ExpertParallelStrategy(ModelParallelStrategy):
                                        self.data_parallel_replicate_size, self.data_parallel_shard_size)
         self._meshes = build_meshes(dims, self.root_device.type)
         self._device_mesh = self._meshes.root
-        if self.world_size == 1 and not self.meta_init:
-            # Measured (results/scaling/call-k): FSDP2 at world 1 still copies and casts every
-            # parameter each step; 2-layer Mixtral trained 35.6k tokens/s here vs 56.3k without it.
-            rank_zero_warn("ExpertParallelStrategy on one device only adds FSDP2 overhead (~37 % fewer "
-                           "tokens/s measured on one H200); drop trainer.strategy for single-GPU runs")
         assert self.lightning_module is not None
         self.lightning_module._device_mesh = self._device_mesh
 
@@ -107,14 +102,15 @@ class ExpertParallelStrategy(ModelParallelStrategy):
 
     @contextmanager
     def tensor_init_context(self, empty_init: bool | None = None) -> Generator[None, None, None]:
-        meta = torch.device("meta") if (self.meta_init or empty_init) else nullcontext()
-        with meta, self.precision_plugin.tensor_init_context():
+        # Weights are created where they will live: initialising billions of parameters on the
+        # CPU and copying them over takes minutes; on the GPU it takes seconds.
+        device = torch.device("meta") if (self.meta_init or empty_init) else self.root_device
+        with device, self.precision_plugin.tensor_init_context():
             yield
 
-    def parallelize(self, model: nn.Module) -> nn.Module:
-        """Shard a ``MoETransformer`` for this strategy's meshes (idempotent)."""
-        return parallelize(model, self.meshes, self.load_balancing, device=self.root_device,
-                           reshard_after_forward=self.reshard_after_forward)
+    def parallel_plan(self) -> ParallelPlan:
+        """This strategy's layout, for :func:`biomoe.build.build_model`."""
+        return ParallelPlan(self.meshes, self.load_balancing, self.reshard_after_forward)
 
     # ---------------------------------------------------------------------------- training
     def clip_gradients_across_meshes(self, optimizer: Optimizer, clip_val: float | None,

@@ -11,56 +11,59 @@ import torch
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from biomoe.model.config import ModelConfig, OptimConfig
-from biomoe.model.losses import LN2, masked_cross_entropy_sum, per_position_log_likelihood
+from biomoe.build import BuiltModel, build_model
+from biomoe.model.config import ModelConfig, OptimConfig, RuntimeConfig
+from biomoe.model.losses import LN2, masked_cross_entropy_rows, masked_cross_entropy_sum, per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
+from biomoe.training.optim import AdamWWithMasterWeights, wants_master_weights
 
 
 class BioMoEModule(L.LightningModule):
     """Trains an MoE decoder on nucleotide windows.
 
     Loss = masked next-token cross-entropy + ``aux_loss_coef``·aux + ``z_loss_coef``·z.
-    The model is built in :meth:`configure_model` so that strategies (FSDP2, expert parallel) can
-    build it on the right device and shard it before weights are materialised.
+    The model is built in :meth:`configure_model` by :func:`biomoe.build.build_model`, so that
+    strategies (FSDP2, expert parallel) can build it on the right device and shard it before
+    weights are materialised.
     """
 
     def __init__(self, config: ModelConfig | None = None, optim: OptimConfig | None = None,
-                 log_expert_load_every_n_steps: int = 50, activation_checkpointing: bool = False,
-                 compile: bool = False) -> None:
-        """``activation_checkpointing`` recomputes each block in backward: long contexts (hundreds
-        of kilobases on one GPU) for about a third more compute. ``compile`` runs each block
-        through ``torch.compile``, which fuses the memory-bound work around the GEMMs (+12 % tokens/s
-        on mixtral-2layer in ``make bench``) at the price of compile time at the first steps."""
+                 runtime: RuntimeConfig | None = None, log_expert_load_every_n_steps: int = 50) -> None:
+        """
+        Args:
+            config: what the model is (its shape); recorded in checkpoints.
+            optim: AdamW, weight decay, LR schedule and master weights.
+            runtime: how it runs (precision recipe, TE or torch kernels, compile, activation
+                checkpointing); changes no parameter, so it may differ between training and use.
+            log_expert_load_every_n_steps: how often per-expert load fractions are logged.
+        """
         super().__init__()
-        self.activation_checkpointing = activation_checkpointing
-        self.compile_blocks = compile
         self.config = config or ModelConfig()
         self.optim = optim or OptimConfig()
+        self.runtime = runtime or RuntimeConfig()
         self.log_expert_load_every_n_steps = log_expert_load_every_n_steps
         self.save_hyperparameters()
         self.model: MoETransformer | None = None
         self.val_ce = MeanMetric()
         self.test_ce = MeanMetric()
         self._last_step_time: float | None = None
-        self._fast_path = None  # biomoe.backends.te.runtime.TERuntime, built once the model is on its device
+        self.built: BuiltModel | None = None
 
     # ----------------------------------------------------------------------------------- model
     def configure_model(self) -> None:
-        if self.model is None:
-            self.model = MoETransformer(self.config)
-            if self.activation_checkpointing:
-                from biomoe.model.activation_checkpointing import apply_activation_checkpointing
+        if self.model is not None:
+            return
+        from lightning.pytorch.utilities import rank_zero_info
 
-                apply_activation_checkpointing(self.model)
-            if self.compile_blocks:  # after checkpointing and before sharding, as torchtitan does
-                from biomoe.model.compile import apply_compile
-
-                apply_compile(self.model)
-        # Parallelism is applied from outside: a strategy that knows how (expert parallel + FSDP2)
-        # shards the plain model here, before weights are materialised and optimizers built.
-        parallelize = getattr(self._trainer.strategy, "parallelize", None) if self._trainer else None
-        if parallelize is not None:
-            parallelize(self.model)
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        device = strategy.root_device if strategy is not None else self.device
+        # A strategy that shards (expert parallel + FSDP2) hands over its layout; the model is
+        # then built, split and sharded in one place before weights are materialised.
+        plan_for = getattr(strategy, "parallel_plan", None)
+        self.built = build_model(self.config, self.runtime, device,
+                                 plan=plan_for() if plan_for is not None else None,
+                                 announce=rank_zero_info)
+        self.model = self.built.model
 
     def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
@@ -82,34 +85,17 @@ class BioMoEModule(L.LightningModule):
             super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def forward(self, input_ids: Tensor):
-        return self.model(input_ids)
-
-    def on_fit_start(self) -> None:
-        self.fast_path()  # precision check and TE swaps before any step; logs what will run
-
-    def fast_path(self):
-        """TE fast path for this device (precision check, TE layers, ``auto`` backends), built once."""
-        if self._fast_path is None:
-            from lightning.pytorch.utilities import rank_zero_info
-
-            from biomoe.backends.te.runtime import prepare
-
-            runtime = prepare(self.model, self.config, self.device, announce=rank_zero_info)
-            if self.activation_checkpointing and runtime.precision.use_te:
-                from biomoe.model.activation_checkpointing import check_precision_for_checkpointing
-
-                check_precision_for_checkpointing(runtime.precision.name)  # after any fallback
-            self._fast_path = runtime
-        return self._fast_path
+        with self.built.autocast():
+            return self.model(input_ids)
 
     # --------------------------------------------------------------------------------- training
     def _loss_terms(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        with self.fast_path().autocast():  # precision recipe (te.autocast) around the forward only
-            out = self.model(batch["input_ids"])
+        out = self(batch["input_ids"])  # precision recipe (te.autocast) around the forward only
         ce_sum, n = masked_cross_entropy_sum(out.logits, batch["labels"], batch["loss_mask"])
         ce = ce_sum / n.clamp_min(1.0)
         loss = ce + self.config.aux_loss_coef * out.aux_loss + self.config.z_loss_coef * out.z_loss
-        return {"loss": loss, "ce": ce, "ce_sum": ce_sum, "n": n, "aux": out.aux_loss, "z": out.z_loss}
+        return {"loss": loss, "ce": ce, "ce_sum": ce_sum, "n": n, "aux": out.aux_loss, "z": out.z_loss,
+                "logits": out.logits}
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         terms = self._loss_terms(batch)
@@ -184,18 +170,21 @@ class BioMoEModule(L.LightningModule):
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._eval_step(batch, self.test_ce, "test")
 
-    def _eval_step(self, batch: dict[str, Tensor], metric: MeanMetric, stage: str) -> None:
+    def _eval_step(self, batch: dict[str, Tensor], metric: MeanMetric, stage: str) -> dict[str, Tensor] | None:
         terms = self._loss_terms(batch)
         n = terms["n"]
         # Token-weighted mean: the result is the per-base average over the whole split.
         metric.update(terms["ce_sum"] / n.clamp_min(1.0), weight=n)
         self.log(f"{stage}/ce", metric, prog_bar=True)
         self.log(f"{stage}/aux", terms["aux"], sync_dist=True)
+        if "genome" in batch:  # per-window sums, added up per genome by PerGenomeMetrics
+            row_ce_sum, row_n = masked_cross_entropy_rows(terms["logits"], batch["labels"], batch["loss_mask"])
+            return {"row_ce_sum": row_ce_sum.detach(), "row_n": row_n}
+        return None
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         """Per-position log p(base) in nats (NaN where the loss mask excludes the base)."""
-        with self.fast_path().autocast():
-            out = self.model(batch["input_ids"])
+        out = self(batch["input_ids"])
         loglik = per_position_log_likelihood(out.logits, batch["labels"])
         loglik = torch.where(batch["loss_mask"].bool(), loglik, torch.full_like(loglik, float("nan")))
         return {"log_likelihood": loglik}
@@ -221,9 +210,13 @@ class BioMoEModule(L.LightningModule):
             (no_decay if param.ndim < 2 or "embed" in name else decay).append(param)
         opt = self.optim
         fused = opt.fused if opt.fused is not None else self.device.type == "cuda"
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, fused=fused or None)
+        groups = [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if wants_master_weights(decay + no_decay, opt.master_weights):
+            optimizer: torch.optim.Optimizer = AdamWWithMasterWeights(
+                groups, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, fused=fused)
+        else:
+            optimizer = torch.optim.AdamW(groups, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps,
+                                          fused=fused or None)
         total = opt.max_steps or int(self.trainer.estimated_stepping_batches)
         schedule = warmup_cosine(opt.warmup_steps, max(total, 1), opt.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)

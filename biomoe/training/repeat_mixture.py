@@ -57,8 +57,8 @@ class RepeatMixture(EvaluationPassCallback):
                stage: str) -> None:
         if stage not in self._sums:
             return
-        with trainer.precision_plugin.forward_context(), pl_module.fast_path().autocast():
-            logits = pl_module.model(batch["input_ids"]).logits
+        with trainer.precision_plugin.forward_context():
+            logits = pl_module(batch["input_ids"]).logits
         scores = score_batch(self.table, torch.log_softmax(logits.float(), -1), batch["labels"], self.switch,
                              self.smoothing, self.follow_copies)
         mask = batch["loss_mask"].bool()

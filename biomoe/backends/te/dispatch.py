@@ -34,6 +34,7 @@ class TEPermuteDispatcher(TokenDispatcher):
 
     name = "te_permute"
 
+    @torch.compiler.disable  # TE's permutation ops are not traceable; compiled blocks split here
     def dispatch(self, hidden: Tensor, routing: RoutingResult) -> DispatchResult:
         from transformer_engine.pytorch import (moe_permute_and_pad_with_probs,
                                                 moe_permute_with_probs)
@@ -57,6 +58,7 @@ class TEPermuteDispatcher(TokenDispatcher):
         state["row_id_map"] = row_id_map
         return DispatchResult(rows, counts, probs, state)
 
+    @torch.compiler.disable
     def combine(self, expert_output: Tensor, dispatched: DispatchResult,
                 routing: RoutingResult, probs_applied: bool) -> Tensor:
         from transformer_engine.pytorch import moe_unpermute

@@ -141,6 +141,7 @@ class _TEBackendBase(ExpertBackend):
                  probs: Tensor | None) -> Tensor:
         raise NotImplementedError
 
+    @torch.compiler.disable  # TE modules (and their host-side splits) run eager inside compiled blocks
     def __call__(self, rows, tokens_per_expert, gate_up, down, probs=None):
         if not rows.is_cuda:
             raise RuntimeError(f"expert backend {self.name!r} needs CUDA tensors (got {rows.device}); "
@@ -298,7 +299,7 @@ def choose_expert_backend(info: DeviceInfo | None, te_available: bool, precision
                           hidden: int, ffn: int) -> tuple[str, str]:
     """Pick the expert backend for this device and precision; returns (name, reason).
 
-    From measurements on one H200 (fwd+bwd, issue #3): at Mixtral expert shapes
+    From measurements on one H200 (forward + backward): at Mixtral expert shapes
     ``torch._grouped_mm`` and TE bf16 grouped GEMMs both reach ≈650 TFLOP/s, and ``grouped`` needs
     no host sync, so bf16 → ``grouped``. TE FP8 (current/delayed) reaches ≈1000 TFLOP/s at 32k
     routed rows and ≈660–740 at 8k rows — never slower than bf16 — so an FP8 precision → ``te``
@@ -323,24 +324,3 @@ def choose_expert_backend(info: DeviceInfo | None, te_available: bool, precision
                             "(make bench, mixtral-2layer, H200: 71.5k/74.6k/75.7k tokens/s vs te's "
                             "67.6k/73.3k/74.1k for fp8-current/block/delayed)")
     return "te", f"{precision}: TE FP8 grouped GEMMs (~660-1000 TFLOP/s on H200 vs ~650 bf16)"
-
-
-class _AutoResolver:
-    """Registry hook used by ``resolve_backend_name('auto')`` when no runtime has chosen yet."""
-
-    precision: str = "bf16"
-
-    def choose(self, device: torch.device | None, dtype: torch.dtype | None) -> str:
-        info = device_info(device) if device is not None and device.type == "cuda" else None
-        name, reason = choose_expert_backend(info, te_usable(device), _AutoResolver.precision,
-                                             hidden=1024, ffn=1024)
-        log.info("expert backend auto -> %s (%s)", name, reason)
-        return name
-
-
-register_expert_backend("__auto__")(_AutoResolver)
-
-
-def set_auto_precision(precision: str) -> None:
-    """Tell the ``auto`` resolver which precision the run uses (set by the runtime at start-up)."""
-    _AutoResolver.precision = precision

@@ -1,12 +1,15 @@
 """TE RMSNorm and DotProductAttention on GPU, with the torch path's state_dict keys.
 
-- Norms: each ``nn.RMSNorm`` becomes :class:`TERMSNorm` (same class hierarchy, same ``weight``
-  parameter). On CUDA its forward runs a ``te.RMSNorm`` that shares that very Parameter object,
+- Norms: :class:`TERMSNorm` is an ``nn.RMSNorm`` (same ``weight`` parameter) that the model is
+  built with. On CUDA its forward runs a ``te.RMSNorm`` that shares that very Parameter object,
   kept outside the module tree so no TE ``_extra_state`` key appears; on CPU it is the torch op.
-- Attention: :class:`TECoreAttention` is installed as ``Attention.core_attention`` and replaces
+- Attention: :class:`TECoreAttention` becomes ``Attention.core_attention`` and replaces
   only the SDPA call (causal, GQA natively via ``num_gqa_groups``). It has no parameters. RoPE is
   still applied by :func:`biomoe.model.transformer.apply_rotary` before it, so the math matches the torch path.
   Inputs that are not bf16/fp16 (no autocast) or not on CUDA fall back to SDPA.
+
+Both TE calls run outside ``torch.compile``'s graphs (``torch.compiler.disable``): dynamo cannot
+trace TE's Python-side dispatch, so compiled blocks are split around them instead of failing.
 """
 
 from __future__ import annotations
@@ -21,17 +24,26 @@ class TERMSNorm(nn.RMSNorm):
 
     backend_name = "te.RMSNorm"
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.weight is not None and self.weight.is_cuda:
+            self.build_te_norm()
+
     def forward(self, x: Tensor) -> Tensor:
         if not x.is_cuda:
             return super().forward(x)
+        return self._te_forward(x)
+
+    @torch.compiler.disable
+    def _te_forward(self, x: Tensor) -> Tensor:
         te_norm = self.__dict__.get("_te_norm")
-        if te_norm is None or te_norm.weight is not self.weight:
+        if te_norm is None or te_norm.weight is not self.weight:  # built on meta, or weight replaced
             te_norm = self.build_te_norm(x.dtype)
         return te_norm(x)
 
     def build_te_norm(self, dtype: torch.dtype | None = None):
-        """Create the TE module sharing our weight. Done at start-up where possible (see
-        :func:`use_te_norm`) because constructing a module inside a ``torch.compile``'d region fails."""
+        """Create the TE module sharing our weight (at construction when the weight is on CUDA,
+        else at the first CUDA forward, e.g. after meta-device initialisation)."""
         import transformer_engine.pytorch as te
 
         eps = self.eps if self.eps is not None else torch.finfo(dtype or self.weight.dtype).eps
@@ -40,15 +52,6 @@ class TERMSNorm(nn.RMSNorm):
         te_norm.weight = self.weight  # share the Parameter: grads and optimizer see one tensor
         self.__dict__["_te_norm"] = te_norm  # not a submodule: keeps state_dict keys unchanged
         return te_norm
-
-
-def use_te_norm(norm: nn.RMSNorm) -> nn.RMSNorm:
-    """Convert in place (parameters untouched); build the TE module now if the weight is on CUDA."""
-    if type(norm) is nn.RMSNorm and len(norm.normalized_shape) == 1:
-        norm.__class__ = TERMSNorm
-        if norm.weight is not None and norm.weight.is_cuda:
-            norm.build_te_norm()
-    return norm
 
 
 class TECoreAttention:
@@ -74,6 +77,7 @@ class TECoreAttention:
                 attention_dropout=0.0, qkv_format="bshd", attn_mask_type="causal")
         return self._dpa
 
+    @torch.compiler.disable
     def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """q [b, h, s, d], k/v [b, h_kv, s, d] → [b, s, h·d]."""
         b, _, s, _ = q.shape

@@ -21,44 +21,15 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from biomoe.model.config import ConfigError
+from biomoe.errors import ConfigError
+from biomoe.precisions import PRECISIONS, PrecisionSpec, parse_precision
 from biomoe.backends.te.availability import DeviceInfo
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class PrecisionSpec:
-    """What one precision needs. ``max_capability`` is exclusive (MXFP8 is not on sm_12x)."""
-
-    name: str
-    min_capability: tuple[int, int]
-    max_capability: tuple[int, int] | None
-    alignment: int
-    """Rows per expert group must be a multiple of this under the recipe (TE's quantisation tiles)."""
-    needs: str
-    """Human-readable requirement, used in the README and in error messages."""
-
-
-PRECISIONS: dict[str, PrecisionSpec] = {
-    "bf16": PrecisionSpec("bf16", (0, 0), None, 1, "any device (TE kernels on sm_80+)"),
-    "fp8-delayed": PrecisionSpec("fp8-delayed", (8, 9), None, 16, "sm_89+ (Ada, Hopper, Blackwell)"),
-    "fp8-current": PrecisionSpec("fp8-current", (8, 9), None, 16, "sm_89+ (Ada, Hopper, Blackwell)"),
-    "fp8-block": PrecisionSpec("fp8-block", (9, 0), None, 16, "sm_90+ (Hopper; CUDA >= 12.9)"),
-    "mxfp8": PrecisionSpec("mxfp8", (10, 0), (12, 0), 32, "sm_100/sm_103 (Blackwell B200/B300)"),
-    "nvfp4": PrecisionSpec("nvfp4", (10, 0), (12, 0), 128, "sm_100/sm_103 (Blackwell B200/B300)"),
-}
-
 # Injected in tests to fake TE's own support checks; maps precision name -> (ok, reason).
 SupportChecker = Callable[[str], "tuple[bool, str]"]
-
-
-def parse_precision(name: str) -> str:
-    """Normalise a precision name (case, ``_`` for ``-``) or raise a one-line ConfigError."""
-    key = str(name).strip().lower().replace("_", "-")
-    if key not in PRECISIONS:
-        raise ConfigError(f"precision {name!r} is unknown; choose one of {', '.join(PRECISIONS)}")
-    return key
 
 
 def capability_allows(name: str, capability: tuple[int, int]) -> bool:
@@ -105,7 +76,7 @@ def unsupported_message(name: str, info: DeviceInfo | None, te_available: bool,
         where = f"this GPU is {info.name} (compute capability {info.capability_str})"
     if info is not None and not te_available:
         where += " and Transformer Engine is not installed (pip install biomoe[te])"
-    return (f"model.config.precision={name!r} needs {PRECISIONS[name].needs}, but {where}; "
+    return (f"model.runtime.precision={name!r} needs {PRECISIONS[name].needs}, but {where}; "
             f"precisions that work here: {', '.join(supported)} "
             f"(or set model.config.precision_fallback)")
 

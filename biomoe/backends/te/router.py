@@ -22,7 +22,7 @@ from biomoe.model.moe.router import RoutingResult, TopKRouter, expert_counts, ro
 
 
 class TEFusedTopKRouter(TopKRouter):
-    """Drop-in subclass; :func:`use_te_router` converts an existing router in place."""
+    """Drop-in subclass of the torch router (same constructor, parameters and buffers)."""
 
     backend_name = "te_fused_router"
 
@@ -30,6 +30,10 @@ class TEFusedTopKRouter(TopKRouter):
         flat = hidden.reshape(-1, hidden.shape[-1])
         if not flat.is_cuda or flat.shape[0] == 0 or self.bias_update_rate > 0:
             return super().forward(hidden)
+        return self._fused_forward(flat)
+
+    @torch.compiler.disable
+    def _fused_forward(self, flat: Tensor) -> RoutingResult:
         from transformer_engine.pytorch.router import (fused_compute_score_for_moe_aux_loss,
                                                        fused_moe_aux_loss,
                                                        fused_topk_with_score_function)
@@ -68,11 +72,3 @@ def routed_experts(dense_weights: Tensor, routing_map: Tensor, top_k: int) -> tu
     score = dense_weights + 2.0 * routing_map.to(dense_weights.dtype)
     indices = torch.topk(score, top_k, dim=-1).indices
     return dense_weights.gather(1, indices), indices
-
-
-def use_te_router(router: TopKRouter) -> TopKRouter:
-    """Switch an existing router to the TE kernels without touching its parameters or buffers
-    (so state_dict keys and values are unchanged)."""
-    if type(router) is TopKRouter:
-        router.__class__ = TEFusedTopKRouter
-    return router

@@ -53,8 +53,9 @@ def register_expert_backend(name: str) -> Callable:
 
 
 def known_backends() -> list[str]:
+    """Every registered backend name, and ``auto`` (resolved when the model is built)."""
     _load_optional_backends()
-    return sorted({n for n in _BACKENDS if not n.startswith("__")} | {"auto"})
+    return sorted(set(_BACKENDS) | {"auto"})
 
 
 def _load_optional_backends() -> None:
@@ -66,19 +67,11 @@ def _load_optional_backends() -> None:
             pass
 
 
-def resolve_backend_name(name: str, device: torch.device | None = None,
-                         dtype: torch.dtype | None = None) -> str:
-    """Turn ``auto`` into a concrete backend; a hook the TE module overrides via the registry."""
-    if name != "auto":
-        return name
-    resolver = _BACKENDS.get("__auto__")
-    if resolver is not None:
-        return resolver().choose(device, dtype)  # type: ignore[attr-defined]
-    return "grouped"
-
-
 def build_backend(name: str) -> ExpertBackend:
     _load_optional_backends()
+    if name == "auto":
+        raise ValueError("expert backend 'auto' is resolved when the model is built "
+                         "(biomoe.build.build_model); the Experts module needs a concrete name")
     if name not in _BACKENDS:
         raise ValueError(f"unknown expert backend {name!r}; choose one of {known_backends()}")
     return _BACKENDS[name]()
@@ -190,28 +183,19 @@ class Experts(nn.Module):
         nn.init.normal_(self.down_proj, std=self.out_std)
 
     def set_backend(self, name: str) -> None:
-        """Swap how experts are computed; parameters (and so checkpoints) are untouched."""
+        """Choose how experts are computed; parameters (and so checkpoints) are untouched."""
         self.backend_name = name
-        self.backend = build_backend(name) if name != "auto" else None
+        self.backend = build_backend(name)
 
     @property
     def applies_probs(self) -> bool:
-        return self._backend_for(None).applies_probs
-
-    def _backend_for(self, rows: Tensor | None) -> ExpertBackend:
-        if self.backend is None:  # "auto": resolve on first use, when device and dtype are known
-            device = rows.device if rows is not None else None
-            dtype = rows.dtype if rows is not None else None
-            chosen = resolve_backend_name("auto", device, dtype)
-            log.info("expert backend auto -> %s", chosen)
-            self.backend = build_backend(chosen)
-        return self.backend
+        return self.backend.applies_probs
 
     def forward(self, rows: Tensor, tokens_per_expert: Tensor, probs: Tensor | None = None) -> Tensor:
         device_type = rows.device.type
         if torch.is_autocast_enabled(device_type):  # autocast skips _grouped_mm / custom kernels
             rows = rows.to(torch.get_autocast_dtype(device_type))
-        backend = self._backend_for(rows)
+        backend = self.backend
         # Under expert parallelism the weights are DTensors sharded over experts; backends compute
         # on this rank's experts only (rows are grouped by *local* expert).
         gate_up, down = _local(self.gate_up_proj), _local(self.down_proj)

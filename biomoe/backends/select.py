@@ -1,0 +1,101 @@
+"""Choose every kernel of a run once, before the model is built: precision, TE or torch per layer.
+
+:func:`select_backends` is the only place that decides. It runs the precision capability check
+(one-line error, or the configured fallback, logged), turns ``auto`` into TE where TE is usable on
+this device, resolves ``expert_backend: auto`` from measurements, and returns the
+:class:`~biomoe.model.backends.LayerBackends` the model is constructed with plus the precision
+context entered around each forward.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+from biomoe.backends.te.availability import DeviceInfo, device_info, te_usable
+from biomoe.backends.te.precision import PrecisionContext, resolve_precision, te_support_checker
+from biomoe.errors import ConfigError
+from biomoe.model.backends import LayerBackends
+from biomoe.model.config import ModelConfig, RuntimeConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BackendSelection:
+    """What one run uses: the model's layer factories, the precision, and a readable summary."""
+
+    backends: LayerBackends
+    precision: PrecisionContext
+    device: DeviceInfo | None
+    paths: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        where = f"{self.device.name} (sm {self.device.capability_str})" if self.device else "CPU"
+        return f"biomoe kernels on {where}: " + " | ".join(f"{k}={v}" for k, v in self.paths.items())
+
+
+def want_te(component: str, choice: str, te_ok: bool) -> bool:
+    """``auto`` → TE where usable; ``te`` without TE is a configuration error, not a fallback."""
+    if choice == "te" and not te_ok:
+        raise ConfigError(f"model.runtime.{component}: te needs Transformer Engine and a CUDA GPU "
+                          "(pip install biomoe[te]); use auto or torch here")
+    return choice == "te" or (choice == "auto" and te_ok)
+
+
+def select_backends(cfg: ModelConfig, runtime: RuntimeConfig,
+                    device: torch.device | None) -> BackendSelection:
+    """Resolve ``runtime`` for ``device`` (CPU: the torch reference path everywhere)."""
+    from biomoe.backends.te.experts import choose_expert_backend
+
+    info = device_info(device)
+    te_ok = te_usable(device)
+    precision = resolve_precision(runtime.precision, runtime.precision_fallback, info, te_ok,
+                                  checker=te_support_checker if te_ok else None)
+    context = PrecisionContext(precision, use_te=te_ok)
+
+    expert_backend, reason = runtime.expert_backend, "configured"
+    if expert_backend == "auto":
+        expert_backend, reason = choose_expert_backend(info, te_ok, precision, cfg.hidden_size,
+                                                       cfg.ffn_hidden_size)
+    if expert_backend in ("te", "te_fused") and not te_ok:
+        raise ConfigError(f"model.runtime.expert_backend: {expert_backend} needs Transformer Engine "
+                          "and a CUDA GPU (pip install biomoe[te]); use grouped or auto here")
+    if precision != "bf16" and expert_backend not in ("te", "te_fused"):
+        log.warning("precision %s: expert_backend=%s does not use TE, so experts compute in bf16; "
+                    "only TE modules run in %s", precision, expert_backend, precision)
+
+    te_norm = want_te("norm_backend", runtime.norm_backend, te_ok)
+    te_attention = want_te("attention_backend", runtime.attention_backend, te_ok)
+    te_router = want_te("router_backend", runtime.router_backend, te_ok)
+    te_dispatch = want_te("dispatch_backend", runtime.dispatch_backend, te_ok)
+    kwargs: dict = {"experts": expert_backend}
+    if te_norm:
+        from biomoe.backends.te.layers import TERMSNorm
+
+        kwargs["norm"] = TERMSNorm
+    if te_attention:
+        from biomoe.backends.te.layers import TECoreAttention
+
+        kwargs["core_attention"] = TECoreAttention
+    if te_router:
+        from biomoe.backends.te.router import TEFusedTopKRouter
+
+        kwargs["router"] = TEFusedTopKRouter
+    if te_dispatch:
+        from biomoe.backends.te.dispatch import TEPermuteDispatcher
+
+        kwargs["dispatcher"] = TEPermuteDispatcher
+
+    recipe = f" ({type(context.recipe).__name__})" if context.recipe is not None else ""
+    paths = {
+        "precision": precision + recipe,
+        "experts": f"{expert_backend} ({reason})",
+        "router": "te fused_topk + fused aux loss" if te_router else "torch",
+        "dispatch": "te moe_permute/unpermute" if te_dispatch else "torch argsort",
+        "norm": "te.RMSNorm" if te_norm else "torch nn.RMSNorm",
+        "attention": "te.DotProductAttention" if te_attention else "torch SDPA",
+    }
+    return BackendSelection(LayerBackends(**kwargs), context, info, paths)
