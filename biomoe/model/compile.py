@@ -16,7 +16,8 @@ def apply_compile(model: nn.Module, **compile_kwargs) -> nn.Module:
 
     ``nn.Module.compile`` (not ``torch.compile(block)``) keeps the module object and its
     state_dict keys, so checkpoints stay interchangeable with uncompiled runs. Compilation is lazy:
-    it happens at the first forward, after the TE fast path has swapped its layers in.
+    it happens at the first forward. Transformer Engine calls inside a block are marked
+    ``torch.compiler.disable``, so the compiler splits the block around them instead of failing.
 
     A block wrapped for activation checkpointing is compiled *inside* its wrapper: compiling the
     wrapper puts the checkpoint in the traced region, where dynamo refuses the router's statistics

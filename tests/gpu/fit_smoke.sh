@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance run of issue #3 on one GPU: `python cli.py fit --config configs/dna-small.yaml` (E. coli,
+# Smoke run on one GPU: `python cli.py fit --config configs/dna-small.yaml` (E. coli,
 # seq 8192, micro-batch 2) cut to [steps] steps, once per precision. Prints the fast-path lines biomoe
 # logs and the logged training loss. Without `make data` it falls back to the bundled lambda + yeast
 # genomes at seq 2048. Usage (repo root):  bash tests/gpu/fit_smoke.sh [steps] [precisions...]
@@ -18,8 +18,8 @@ for p in $precisions; do
   timeout "${SMOKE_TIMEOUT:-240}" python3 cli.py fit --config configs/dna-small.yaml --trainer.max_steps "$steps" \
     --trainer.val_check_interval "$steps" --trainer.limit_val_batches 4 --trainer.num_sanity_val_steps 0 \
     --trainer.log_every_n_steps 10 --trainer.default_root_dir "$root" --trainer.logger.init_args.save_dir "$root" \
-    --model.config.precision "$p" "${data_args[@]}" > "$root.log" 2>&1; rc=$?
-  grep -E "biomoe fast path|rror" "$root.log" | grep -v Warning | head -8
+    --model.runtime.precision "$p" "${data_args[@]}" > "$root.log" 2>&1; rc=$?
+  grep -E "biomoe kernels|biomoe, first forward|rror" "$root.log" | grep -v Warning | head -8
   find "$root" -name "*.ckpt" -delete 2>/dev/null
   python3 - "$root" "$rc" <<'PY'
 import csv, glob, sys

@@ -14,7 +14,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from biomoe.model.config import ConfigError, ModelConfig
+import dataclasses
+
+from biomoe.build import BuiltModel, build_model
+from biomoe.model.config import ConfigError, ModelConfig, RuntimeConfig
 from biomoe.model.transformer import MoETransformer
 from biomoe.model.moe.dispatch import LocalDispatcher
 from biomoe.model.moe.experts import Experts, build_backend
@@ -130,25 +133,34 @@ def test_zero_token_experts(name, counts):
 
 def small_config(**kw) -> ModelConfig:
     base = dict(vocab_size=64, hidden_size=256, num_layers=2, num_heads=4, num_kv_heads=2,
-                num_experts=4, top_k=2, ffn_hidden_size=512, expert_backend="loop")
+                num_experts=4, top_k=2, ffn_hidden_size=512)
     base.update(kw)
     return ModelConfig(**base)
 
 
-def test_checkpoint_interchange_across_all_backends_and_te_layers():
-    from biomoe.backends.te.runtime import prepare
+RUNTIME_KEYS = {f.name for f in dataclasses.fields(RuntimeConfig)}
 
+
+def small_model(**kw) -> BuiltModel:
+    """The small model as training builds it on the GPU; runtime keys (backends, precision,
+    activation checkpointing) go to RuntimeConfig, the rest to ModelConfig."""
+    runtime = RuntimeConfig(**{"expert_backend": "loop", **{k: v for k, v in kw.items() if k in RUNTIME_KEYS}})
+    with torch.device(DEV):
+        return build_model(small_config(**{k: v for k, v in kw.items() if k not in RUNTIME_KEYS}), runtime, DEV)
+
+
+def test_checkpoint_interchange_across_all_backends_and_te_layers():
     torch.manual_seed(0)
     ids = torch.randint(0, 64, (2, 128), device=DEV)
-    ref_model = MoETransformer(small_config(norm_backend="torch", attention_backend="torch",
-                                            router_backend="torch", dispatch_backend="torch")).to(DEV)
+    ref_model = small_model(norm_backend="torch", attention_backend="torch",
+                            router_backend="torch", dispatch_backend="torch").model
     ref_keys = set(ref_model.state_dict())
     with torch.autocast("cuda", dtype=torch.bfloat16):
         ref = ref_model(ids).logits.float()
     state = ref_model.state_dict()
     for backend in ["loop", "grouped", "te", "te_fused"]:
-        model = MoETransformer(small_config(expert_backend=backend)).to(DEV)
-        runtime = prepare(model, model.config, DEV)  # TE norm/attention/router/dispatch swapped in
+        runtime = small_model(expert_backend=backend)  # TE norm/attention/router/dispatch where usable
+        model = runtime.model
         assert set(model.state_dict()) == ref_keys, backend
         model.load_state_dict(state)
         with runtime.autocast(), torch.autocast("cuda", dtype=torch.bfloat16):
@@ -159,13 +171,12 @@ def test_checkpoint_interchange_across_all_backends_and_te_layers():
 
 
 def test_te_router_matches_torch_router():
-    from biomoe.backends.te.router import use_te_router
+    from biomoe.backends.te.router import TEFusedTopKRouter
 
     torch.manual_seed(0)
     torch_router = TopKRouter(256, 8, 2).to(DEV)
-    te_router = TopKRouter(256, 8, 2).to(DEV)
+    te_router = TEFusedTopKRouter(256, 8, 2).to(DEV)
     te_router.load_state_dict(torch_router.state_dict())
-    use_te_router(te_router)
     x = torch.randn(512, 256, device=DEV)
     a, b = torch_router(x), te_router(x)
     assert torch.equal(a.expert_indices.sort(-1).values, b.expert_indices.sort(-1).values)
@@ -239,11 +250,9 @@ def test_te_permute_dispatcher_gradients_match_local(precision, probs_applied):
 
 def train_losses(precision: str, steps: int = 50) -> list[float]:
     """Tiny model on a learnable periodic DNA-like sequence with the full TE runtime."""
-    from biomoe.backends.te.runtime import prepare
-
     torch.manual_seed(0)
-    model = MoETransformer(small_config(expert_backend="auto", precision=precision)).to(DEV)
-    runtime = prepare(model, model.config, DEV)
+    runtime = small_model(expert_backend="auto", precision=precision)
+    model = runtime.model
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
     pattern = torch.tensor([4, 5, 6, 7, 5, 5, 4, 7, 6, 4, 4, 5, 7], device=DEV)
     losses = []
@@ -291,18 +300,16 @@ def test_whole_model_gradients_with_te_layers_match_torch_layers(param_dtype):
     down whether any TE swap changes the gradients of the whole model.
     """
     from biomoe.model.losses import masked_cross_entropy
-    from biomoe.backends.te.runtime import prepare
-
     torch.manual_seed(0)
     ids = torch.randint(4, 8, (2, 256), device=DEV)
     labels = ids.roll(-1, dims=1)
     mask = torch.ones_like(labels, dtype=torch.bool)
     torch_cfg = dict(norm_backend="torch", attention_backend="torch", router_backend="torch",
                      dispatch_backend="torch", expert_backend="grouped")
-    ref_model = MoETransformer(small_config(**torch_cfg)).to(DEV, param_dtype)
-    te_model = MoETransformer(small_config(expert_backend="grouped")).to(DEV, param_dtype)
+    ref_model = small_model(**torch_cfg).model.to(DEV, param_dtype)
+    runtime = small_model(expert_backend="grouped")
+    te_model = runtime.model.to(DEV, param_dtype)
     te_model.load_state_dict(ref_model.state_dict())
-    runtime = prepare(te_model, te_model.config, DEV)
     results = []
     for model, ctx in ((ref_model, None), (te_model, runtime)):
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -325,11 +332,9 @@ def test_whole_model_gradients_with_te_layers_match_torch_layers(param_dtype):
 def test_adamw_on_a_fixed_batch_lowers_the_loss_with_te_layers():
     """Pure-bf16 parameters, as in the benchmark: 10 AdamW steps on one batch must lower its loss."""
     from biomoe.model.losses import masked_cross_entropy
-    from biomoe.backends.te.runtime import prepare
-
     torch.manual_seed(0)
-    model = MoETransformer(small_config(expert_backend="grouped")).to(DEV, torch.bfloat16)
-    runtime = prepare(model, model.config, DEV)
+    runtime = small_model(expert_backend="grouped")
+    model = runtime.model.to(DEV, torch.bfloat16)
     ids = torch.randint(4, 8, (1, 512), device=DEV)
     labels = ids.roll(-1, dims=1)
     mask = torch.ones_like(labels, dtype=torch.bool)
@@ -351,9 +356,6 @@ def test_activation_checkpointing_under_fp8_matches_no_checkpointing(precision, 
     """Recomputation must run under the forward's FP8 recipe: torch's checkpoint alone replays
     the blocks outside te.autocast and raised CheckpointError on the 32-layer Mixtral run.
     (fp8-delayed is refused with activation checkpointing: its recomputation differs by 4 %.)"""
-    from biomoe.model.activation_checkpointing import apply_activation_checkpointing
-    from biomoe.backends.te.runtime import prepare
-
     import transformer_engine.pytorch.distributed as te_distributed
 
     te_calls = []
@@ -366,13 +368,12 @@ def test_activation_checkpointing_under_fp8_matches_no_checkpointing(precision, 
     state = None
     for checkpointing in (False, True):
         # dropout: the recomputation must replay the forward's masks (TE caches the RNG states)
-        model = MoETransformer(small_config(expert_backend="auto", precision=precision, dropout=0.1)).to(DEV)
+        runtime = small_model(expert_backend="auto", precision=precision, dropout=0.1,
+                              activation_checkpointing=checkpointing)
+        model = runtime.model
         if state is None:
             state = model.state_dict()
         model.load_state_dict(state)
-        if checkpointing:
-            apply_activation_checkpointing(model)
-        runtime = prepare(model, model.config, DEV)
         torch.manual_seed(1)  # the same dropout masks in both runs
         with runtime.autocast(), torch.autocast("cuda", dtype=torch.bfloat16):
             out = model(ids)
@@ -406,7 +407,8 @@ def test_repeat_mixture_callback_on_gpu_matches_the_scorer(tmp_path):
     dm = GenomeDataModule(fasta=str(path), seq_length=256, batch_size=4, val_fraction=0.2, rc_prob=0.0,
                           cache_dir=str(tmp_path / "cache"))
     torch.manual_seed(0)
-    module = BioMoEModule(small_config(expert_backend="auto"), OptimConfig(), log_expert_load_every_n_steps=0)
+    module = BioMoEModule(small_config(), OptimConfig(), RuntimeConfig(expert_backend="auto"),
+                          log_expert_load_every_n_steps=0)
     callback = RepeatMixture(k=10)
     trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", logger=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[callback])
@@ -415,7 +417,7 @@ def test_repeat_mixture_callback_on_gpu_matches_the_scorer(tmp_path):
     module.cuda()  # Lightning's single-device teardown moved it back to the CPU, where TE cannot run
 
     def log_probs(batch):
-        with torch.no_grad(), trainer.precision_plugin.forward_context(), module.fast_path().autocast():
+        with torch.no_grad(), trainer.precision_plugin.forward_context(), module.built.autocast():
             logits = module.model(batch["input_ids"].to(module.device)).logits
         return torch.log_softmax(logits.float(), -1)
 

@@ -78,7 +78,7 @@ def unsupported_message(name: str, info: DeviceInfo | None, te_available: bool,
         where += " and Transformer Engine is not installed (pip install biomoe[te])"
     return (f"model.runtime.precision={name!r} needs {PRECISIONS[name].needs}, but {where}; "
             f"precisions that work here: {', '.join(supported)} "
-            f"(or set model.config.precision_fallback)")
+            f"(or set model.runtime.precision_fallback)")
 
 
 def resolve_precision(requested: str, fallback: str | None, info: DeviceInfo | None,

@@ -1,0 +1,117 @@
+"""fp32 master weights in the optimizer: the model trains in bf16, the update is an fp32 AdamW."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from biomoe.training.optim import AdamWWithMasterWeights, wants_master_weights
+
+
+def _pair(seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(24, 16), torch.nn.Linear(16, 8)).to(torch.bfloat16)
+    return copy.deepcopy(model).float(), model  # both start from the same (bf16-exact) values
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_masters_follow_a_reference_fp32_adamw_given_the_same_gradients(foreach):
+    reference, model = _pair()
+    groups = lambda m: [{"params": [m[0].weight, m[1].weight], "weight_decay": 0.1},  # noqa: E731
+                        {"params": [m[0].bias, m[1].bias], "weight_decay": 0.0}]
+    ref_opt = torch.optim.AdamW(groups(reference), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, foreach=foreach)
+    opt = AdamWWithMasterWeights(groups(model), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, foreach=foreach)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(25):
+        for ref_p, p in zip(reference.parameters(), model.parameters()):
+            grad = torch.randn(p.shape, generator=gen).to(torch.bfloat16)  # what a bf16 backward gives
+            p.grad = grad
+            ref_p.grad = grad.float()
+        ref_opt.step()
+        opt.step()
+    for ref_p, p in zip(reference.parameters(), model.parameters()):
+        master = opt.state[p]["master"]
+        assert master.dtype == torch.float32 and p.dtype == torch.bfloat16
+        torch.testing.assert_close(master, ref_p.detach(), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(p.detach(), ref_p.detach().to(torch.bfloat16), rtol=0, atol=0)
+
+
+def test_small_updates_are_not_rounded_away():
+    """A bf16 AdamW cannot move a weight of 1.0 by 1e-4 (bf16's step there is 2^-7); the master can."""
+    weight = torch.nn.Parameter(torch.ones(64, dtype=torch.bfloat16))
+    plain = torch.nn.Parameter(torch.ones(64, dtype=torch.bfloat16))
+    opt = AdamWWithMasterWeights([weight], lr=1e-4, weight_decay=0.0)
+    plain_opt = torch.optim.AdamW([plain], lr=1e-4, weight_decay=0.0)
+    for _ in range(100):
+        weight.grad = torch.ones_like(weight)
+        plain.grad = torch.ones_like(plain)
+        opt.step()
+        plain_opt.step()
+    assert torch.all(plain == 1.0)  # every update rounded away
+    assert opt.state[weight]["master"].mean().item() == pytest.approx(1.0 - 100 * 1e-4, rel=1e-4)
+    assert torch.all(weight < 1.0)
+
+
+def test_checkpoint_round_trip_keeps_fp32_state_and_continues_exactly():
+    _, model = _pair()
+    opt = AdamWWithMasterWeights(model.parameters(), lr=1e-3)
+    twin = copy.deepcopy(model)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    saved = copy.deepcopy(opt.state_dict())
+    twin.load_state_dict(model.state_dict())
+    twin_opt = AdamWWithMasterWeights(twin.parameters(), lr=1e-3)
+    twin_opt.load_state_dict(saved)
+    for p in twin.parameters():
+        assert all(twin_opt.state[p][k].dtype == torch.float32 for k in ("master", "exp_avg", "exp_avg_sq"))
+    grads = [torch.randn_like(p) for p in model.parameters()]
+    for optimizer, params in ((opt, list(model.parameters())), (twin_opt, list(twin.parameters()))):
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        optimizer.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(a, b)
+        assert torch.equal(opt.state[a]["master"], twin_opt.state[b]["master"])
+
+
+def test_master_weights_are_chosen_for_low_precision_parameters_only():
+    fp32 = [torch.nn.Parameter(torch.zeros(2))]
+    bf16 = [torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))]
+    assert not wants_master_weights(fp32, None)
+    assert wants_master_weights(bf16, None)
+    assert not wants_master_weights(bf16, False)
+
+
+def test_bf16_true_fit_uses_master_weights_and_learns(tmp_path):
+    """The Lightning path: trainer.precision bf16-true gives bf16 parameters, fp32 masters, and the
+    loss falls on a learnable sequence."""
+    import lightning as L
+
+    from biomoe.model.config import ModelConfig, OptimConfig
+    from biomoe.training.module import BioMoEModule
+
+    cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                      num_experts=4, top_k=2, ffn_hidden_size=32)
+    module = BioMoEModule(cfg, OptimConfig(lr=1e-2, warmup_steps=1, max_steps=40), log_expert_load_every_n_steps=0)
+    pattern = torch.tensor([4, 5, 6, 7, 5, 5, 4, 7, 6])
+    ids = torch.stack([pattern[(torch.arange(65) + i) % 9] for i in range(8)])
+    batch = {"input_ids": ids[:, :-1], "labels": ids[:, 1:], "loss_mask": torch.ones(8, 64)}
+    losses = []
+
+    class Record(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, *args):
+            losses.append(float(outputs["loss"]))
+
+    trainer = L.Trainer(accelerator="cpu", precision="bf16-true", max_steps=40, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[Record()], default_root_dir=tmp_path)
+    loader = torch.utils.data.DataLoader([batch] * 40, batch_size=None)
+    trainer.fit(module, train_dataloaders=loader)
+    optimizer = trainer.optimizers[0]
+    assert isinstance(optimizer, AdamWWithMasterWeights)
+    param = next(module.model.parameters())
+    assert param.dtype == torch.bfloat16 and optimizer.state[param]["master"].dtype == torch.float32
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
