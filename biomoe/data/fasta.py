@@ -56,6 +56,7 @@ __all__ = [
     "FileScan",
     "Genome",
     "default_cache_dir",
+    "file_labels",
     "resolve_fasta_paths",
     "scan_fasta",
 ]
@@ -76,11 +77,41 @@ _OTHER_COMPRESSION = {b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd
 
 @dataclass(frozen=True)
 class ContigInfo:
-    """One FASTA record: its name (first word of the header), length and source file."""
+    """One FASTA record: its name (first word of the header), length and source file.
+
+    When several files of a :class:`Genome` hold a record of the same name, ``name`` is
+    namespaced by the file (``<file label>#<record>``, as in the PanSN convention) and
+    ``record`` keeps the name as written in the file.
+    """
 
     name: str
     length: int
     path: Path
+    record: str | None = None
+    file_index: int = 0
+
+    @property
+    def record_name(self) -> str:
+        """The name of the record inside its FASTA file."""
+        return self.record or self.name
+
+
+def file_labels(paths: Sequence[Path]) -> list[str]:
+    """One short, unique label per file: its name without FASTA suffixes (``ecoli_536.fna.gz``
+    -> ``ecoli_536``), or the whole name, then the path, where that would repeat. Labels name
+    genomes in metrics (``val/<label>/bits_per_base``) and namespace repeated contig names."""
+    def stem(path: Path) -> str:
+        name = path.name
+        for suffix in sorted(FASTA_SUFFIXES, key=len, reverse=True):
+            if name.lower().endswith(suffix):
+                return name[: -len(suffix)] or name
+        return name
+
+    for rule in (stem, lambda p: p.name, str):
+        labels = [rule(Path(p)) for p in paths]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [f"{label}.{i}" for i, label in enumerate(labels)]
 
 
 @dataclass
@@ -584,9 +615,13 @@ class Genome:
     ``Genome(paths, cache_dir=None)`` accepts a file, a folder (all FASTA files in it,
     sorted) or a list of both; files may be plain, gzip or bgzip. Opening validates
     every file (cached per path+size+mtime, see module docstring) and raises
-    :class:`GenomeInputError` for any problem, including contig names repeated across
-    files. Plain gzip files are decompressed once into the cache directory, because
-    pyfaidx can only seek in bgzip files.
+    :class:`GenomeInputError` for any problem. Plain gzip files are decompressed once
+    into the cache directory, because pyfaidx can only seek in bgzip files.
+
+    A contig name that occurs in several files (assemblers name contigs ``contig_1``,
+    ``contig_2``, ... in every genome) is namespaced by file label: ``a#contig_1`` and
+    ``b#contig_1`` (:func:`file_labels`; the PanSN ``sample#contig`` convention), with a
+    warning. Names inside one file must still be unique.
     """
 
     def __init__(
@@ -597,16 +632,26 @@ class Genome:
         self.paths = resolve_fasta_paths(paths)
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self._files = [_prepare_file(p, self.cache_dir) for p in self.paths]
+        self.labels: list[str] = file_labels(self.paths)
+        """One label per file (see :func:`file_labels`), in the order of :attr:`paths`."""
         self.contigs: list[ContigInfo] = []
-        self._file_of: dict[str, int] = {}
-        owner: dict[str, Path] = {}
+        files_with: dict[str, int] = {}
+        for prep in self._files:
+            for name, _ in prep.records:
+                files_with[name] = files_with.get(name, 0) + 1
+        repeated = [name for name, count in files_with.items() if count > 1]
         for file_index, prep in enumerate(self._files):
             for name, length in prep.records:
-                if name in owner:
-                    raise GenomeInputError(prep.source, f"duplicate contig name '{name}' (also in {owner[name]})")
-                owner[name] = prep.source
-                self._file_of[name] = file_index
-                self.contigs.append(ContigInfo(name, length, prep.source))
+                if files_with[name] > 1:
+                    self.contigs.append(ContigInfo(f"{self.labels[file_index]}#{name}", length, prep.source,
+                                                   record=name, file_index=file_index))
+                else:
+                    self.contigs.append(ContigInfo(name, length, prep.source, file_index=file_index))
+        if repeated:
+            shown = ", ".join(f"'{n}'" for n in repeated[:3]) + (f" (+{len(repeated) - 3} more)" if len(repeated) > 3 else "")
+            example = next(c.name for c in self.contigs if c.record == repeated[0])
+            warnings.warn(f"contig name {shown} occurs in several FASTA files; such contigs are named "
+                          f"'<file>#<name>', e.g. '{example}'", stacklevel=2)
         self._index_of = {c.name: i for i, c in enumerate(self.contigs)}
         self._handles: dict[int, object] = {}
         self._pid = os.getpid()
@@ -646,8 +691,8 @@ class Genome:
             raise IndexError(f"region {info.name}:{start}-{end} outside 0..{info.length}")
         if start == end:
             return ""
-        fasta = self._handle(self._file_of[info.name])
-        return str(fasta[info.name][start:end])  # type: ignore[index]
+        fasta = self._handle(info.file_index)
+        return str(fasta[info.record_name][start:end])  # type: ignore[index]
 
     def _handle(self, file_index: int) -> object:
         """pyfaidx handle for this process; reopened after fork so offsets aren't shared."""

@@ -24,6 +24,15 @@ def masked_cross_entropy_sum(logits: Tensor, labels: Tensor, loss_mask: Tensor) 
     return per_position.sum(), mask.sum()
 
 
+def masked_cross_entropy_rows(logits: Tensor, labels: Tensor, loss_mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Per sequence (row): the sum of cross-entropy (nats, fp32) over unmasked positions, and their
+    count, each ``[batch]``; what per-genome metrics add up over the windows of each genome."""
+    mask = loss_mask.to(torch.float32)
+    per_position = F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")
+    per_position = torch.where(mask > 0, per_position, torch.zeros_like(per_position))
+    return per_position.sum(-1), mask.sum(-1)
+
+
 def masked_cross_entropy(logits: Tensor, labels: Tensor, loss_mask: Tensor) -> Tensor:
     """Mean cross-entropy over unmasked positions (0 when nothing is unmasked, never NaN)."""
     total, count = masked_cross_entropy_sum(logits, labels, loss_mask)

@@ -164,11 +164,11 @@ class BioMoEModule(L.LightningModule):
             self.log_dict(metrics, rank_zero_only=True)
 
     # ------------------------------------------------------------------------------- evaluation
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.val_ce, "val")
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor] | None:
+        return self._eval_step(batch, self.val_ce, "val")
 
-    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.test_ce, "test")
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor] | None:
+        return self._eval_step(batch, self.test_ce, "test")
 
     def _eval_step(self, batch: dict[str, Tensor], metric: MeanMetric, stage: str) -> dict[str, Tensor] | None:
         terms = self._loss_terms(batch)

@@ -1,0 +1,90 @@
+"""Held-out bits/base per genome when the data holds several FASTA files.
+
+Why: pooled over genomes, one number hides that a model does well on the large genome that
+dominates the split and badly on a small one, and on held-out strains each strain is its own
+question. The evaluation step returns per-window cross-entropy sums; this callback adds them up
+per file (``batch["genome"]``, set by :class:`~biomoe.data.datamodule.GenomeDataModule`) and logs
+``{stage}/<genome label>/bits_per_base`` for every genome the split holds, when it holds more
+than one. Sums are token-weighted and summed over ranks, like the pooled ``{stage}/bits_per_base``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from biomoe.model.losses import LN2
+
+__all__ = ["PerGenomeMetrics"]
+
+
+class PerGenomeMetrics(L.Callback):
+    """Logs ``val/<genome>/bits_per_base`` and ``test/<genome>/bits_per_base``.
+
+    Needs evaluation steps that return ``{"row_ce_sum", "row_n"}`` (per window, nats and scored
+    bases), as :class:`~biomoe.training.module.BioMoEModule` does for batches with a ``genome``
+    entry. Does nothing for data with one file.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sums: dict[str, Tensor] = {}
+        self.last: dict[str, dict[str, float]] = {}
+        """Per stage, the last values logged: label -> bits/base (for summaries)."""
+
+    def _labels(self, trainer: L.Trainer) -> list[str] | None:
+        labels = getattr(trainer.datamodule, "genome_labels", None)
+        try:
+            return list(labels) if labels is not None and len(labels) > 1 else None
+        except RuntimeError:  # not set up
+            return None
+
+    def _start(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._sums.pop(stage, None)
+        labels = None if trainer.sanity_checking else self._labels(trainer)
+        if labels is not None:
+            self._sums[stage] = torch.zeros(len(labels), 2, dtype=torch.float64, device=pl_module.device)
+
+    def _batch(self, outputs: Any, batch: dict[str, Tensor], stage: str) -> None:
+        sums = self._sums.get(stage)
+        if sums is None or not isinstance(outputs, dict) or "row_ce_sum" not in outputs or "genome" not in batch:
+            return
+        rows = torch.stack([outputs["row_ce_sum"].double(), outputs["row_n"].double()], dim=-1)
+        sums.index_add_(0, batch["genome"].to(sums.device).long(), rows.to(sums.device))
+
+    def _end(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        sums = self._sums.pop(stage, None)
+        if sums is None:
+            return
+        total = trainer.strategy.reduce(sums, reduce_op="sum")
+        labels = self._labels(trainer) or []
+        present = [(label, row) for label, row in zip(labels, total.tolist()) if row[1] > 0]
+        if len(present) < 2:
+            return  # one genome in this split: the pooled number is its number
+        self.last[stage] = {}
+        for label, (ce_sum, n) in present:
+            value = ce_sum / n / LN2
+            self.last[stage][label] = value
+            pl_module.log(f"{stage}/{label}/bits_per_base", value, sync_dist=False)
+
+    # Lightning hooks ---------------------------------------------------------------------------
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start(trainer, pl_module, "val")
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._batch(outputs, batch, "val")
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._end(trainer, pl_module, "val")
+
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start(trainer, pl_module, "test")
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._batch(outputs, batch, "test")
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._end(trainer, pl_module, "test")
