@@ -242,13 +242,14 @@ def mix_log_likelihood(base_ll: Tensor, labels: Tensor, counts: Tensor, switch: 
 
 
 def fit_on_split(genome, val_contigs: list[str] | None, val_fraction: float, k: int | None = None,
-                 tokenizer: NucleotideTokenizer | None = None) -> RepeatTable:
+                 tokenizer: NucleotideTokenizer | None = None, **held_out) -> RepeatTable:
     """The table of a :class:`~biomoe.data.fasta.Genome`'s training regions under the datamodule's split
-    rule (:func:`~biomoe.data.datamodule.split_regions`; ``val_fraction`` 0 and no ``val_contigs``: all of it).
+    rule (:func:`~biomoe.data.datamodule.split_genome`; ``held_out`` its test and held-out-file settings;
+    ``val_fraction`` 0 and nothing else held out: all of it).
     ``k`` None is :func:`default_k` of the training length, read from the region bounds."""
-    from biomoe.data.datamodule import split_regions
+    from biomoe.data.datamodule import split_genome
 
-    train, _ = split_regions(genome, val_contigs, val_fraction)
+    train = split_genome(genome, val_contigs=val_contigs, val_fraction=val_fraction, **held_out).train
     k = k or default_k(sum(hi - lo for _, lo, hi in train))
     tokenizer = tokenizer or NucleotideTokenizer()
     return RepeatTable.fit((tokenizer.encode(genome.fetch(contig, lo, hi)) for contig, lo, hi in train), k)
@@ -257,7 +258,13 @@ def fit_on_split(genome, val_contigs: list[str] | None, val_fraction: float, k: 
 def fit_on_training_split(datamodule, k: int | None = None) -> RepeatTable:
     """The table of a set-up :class:`~biomoe.data.datamodule.GenomeDataModule`'s training regions (the same
     split its validation uses, so no held-out base goes in)."""
-    return fit_on_split(datamodule.genome, datamodule.val_contigs, datamodule.val_fraction, k, datamodule.tokenizer)
+    held_out = {key: getattr(datamodule, key) for key in HELD_OUT_KEYS if hasattr(datamodule, key)}
+    return fit_on_split(datamodule.genome, datamodule.val_contigs, datamodule.val_fraction, k, datamodule.tokenizer,
+                        **held_out)
+
+
+HELD_OUT_KEYS = ("test_contigs", "test_fraction", "val_files", "test_files")
+"""Datamodule settings besides val_contigs/val_fraction that keep bases out of the training split."""
 
 
 class BatchScores(NamedTuple):

@@ -26,8 +26,8 @@ from biomoe.data.fasta import Genome
 from biomoe.model.losses import LN2
 from biomoe.genomics.markov import MAX_ORDER, MarkovModel
 from biomoe.genomics.score_fasta import positive_int, write_output
-from biomoe.genomics.repeat_expert import (RepeatExpert, RepeatTable, check_settings, fit_on_split, fit_on_training_split,
-                            score_batch)
+from biomoe.genomics.repeat_expert import (HELD_OUT_KEYS, RepeatExpert, RepeatTable, check_settings, fit_on_split,
+                                           fit_on_training_split, score_batch)
 from biomoe.data.tokenizer import NucleotideTokenizer
 
 
@@ -100,7 +100,8 @@ def expert_for_checkpoint(ckpt: str, fasta: list[str] | None = None, k: int | No
         raise GenomeInputError(exc.path, f"{exc.problem} (training FASTA recorded in {ckpt}, needed for the "
                                          "repeat expert; give it with --repeat-fasta)") from None
     tokenizer = NucleotideTokenizer(fold_lowercase=saved.get("fold_lowercase", True))
-    table = fit_on_split(genome, saved.get("val_contigs"), saved.get("val_fraction", 0.1), k, tokenizer)
+    held_out = {key: saved[key] for key in HELD_OUT_KEYS if saved.get(key) is not None}
+    table = fit_on_split(genome, saved.get("val_contigs"), saved.get("val_fraction", 0.1), k, tokenizer, **held_out)
     return RepeatExpert(table, switch, smoothing, follow_copies)
 
 

@@ -27,11 +27,13 @@ __all__ = ["EvaluationPassCallback", "MarkovBaseline", "training_sequences"]
 def training_sequences(datamodule: Any) -> Iterator[np.ndarray]:
     """Token ids of every training region of a set-up :class:`~biomoe.data.datamodule.GenomeDataModule`.
 
-    Regions come from :func:`~biomoe.data.datamodule.split_regions` with the datamodule's own split settings,
-    so the baseline never sees a held-out base.
+    Regions are the datamodule's own training regions (validation, test and held-out files
+    excluded), so the baseline never sees a held-out base.
     """
     genome = datamodule.genome
-    train, _ = split_regions(genome, datamodule.val_contigs, datamodule.val_fraction)
+    train = getattr(datamodule, "train_regions", None)
+    if train is None:
+        train, _ = split_regions(genome, datamodule.val_contigs, datamodule.val_fraction)
     for contig, lo, hi in train:
         yield datamodule.tokenizer.encode(genome.fetch(contig, lo, hi))
 
