@@ -1,6 +1,6 @@
 # biomoe — set-up is part of every target: a virtualenv is created and the package installed
-# on first use. TORCH selects the torch requirement: CI and CPU machines here use the local CPU
-# build (torch==2.13.0); on a GPU machine use e.g. `make fit TORCH=torch` (CUDA wheel, several GB).
+# on first use. TORCH selects the torch requirement: the default is the CPU build CI uses
+# (torch==2.13.0); on a GPU machine use e.g. `make fit TORCH=torch` (CUDA wheel, several GB).
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
