@@ -88,5 +88,7 @@ class TECoreAttention:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             return out.transpose(1, 2).reshape(b, s, -1)
         self.calls_te += 1
-        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # → bshd
+        # bshd with canonical strides: TE infers the layout from strides, and tensors coming out of a
+        # compiled graph can carry unusual strides on size-1 dimensions that .contiguous() keeps.
+        q, k, v = (t.transpose(1, 2).clone(memory_format=torch.contiguous_format) for t in (q, k, v))
         return self._module()(q, k, v).reshape(b, s, -1)
