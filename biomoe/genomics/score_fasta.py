@@ -32,6 +32,7 @@ import torch
 
 from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome
+from biomoe.inference.run_folder import resolve_checkpoint
 from biomoe.inference.scoring import load_model, sequence_log_likelihood
 from biomoe.model.transformer import MoETransformer
 from biomoe.genomics.repeat_expert import RepeatExpert
@@ -92,7 +93,8 @@ def summary_rows(per_base: dict[str, np.ndarray]) -> list[dict[str, object]]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="biomoe score-fasta", description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", help="Lightning checkpoint (or one written by import-hf)")
+    parser.add_argument("ckpt", help="Lightning checkpoint (or one written by import-hf), or a run folder: "
+                        "its best checkpoint")
     parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
     parser.add_argument("--out", required=True, type=Path, help="output prefix: writes OUT.tsv (and OUT.npz)")
     parser.add_argument("--window", type=positive_int, default=1024)
@@ -106,6 +108,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeat-follow-copies", action="store_true",
                         help="let the repeat expert follow copies past mismatches (implies --repeat-expert)")
     args = parser.parse_args(argv)
+    args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
     genome = Genome(args.fasta)
     model = load_model(args.ckpt).to(args.device)
     repeat = None

@@ -24,6 +24,7 @@ import torch
 
 from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome
+from biomoe.inference.run_folder import resolve_checkpoint
 from biomoe.inference.scoring import load_model, sequence_log_likelihood
 from biomoe.model.transformer import MoETransformer
 from biomoe.genomics.score_fasta import positive_int, write_output
@@ -138,13 +139,14 @@ def score_variants(model: MoETransformer, genome: Genome, variants: list[Variant
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="biomoe score-variants", description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt")
+    parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
     parser.add_argument("fasta", nargs="+", help="reference genome FASTA file(s)")
     parser.add_argument("--variants", required=True, type=Path, help="TSV: contig, position (1-based), ref, alt")
     parser.add_argument("--out", required=True, type=Path, help="output TSV")
     parser.add_argument("--window", type=positive_int, default=1024)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
+    args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
     variants = read_variants(args.variants)
     if not variants:
         raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "

@@ -38,12 +38,14 @@ def model_config_from(hparams: dict[str, Any]) -> ModelConfig:
 
 def load_model(ckpt_path: str | os.PathLike[str], map_location: str = "cpu",
                expert_backend: str | None = "grouped") -> MoETransformer:
-    """MoETransformer with the weights of a Lightning checkpoint, in eval mode.
+    """MoETransformer with the weights of a Lightning checkpoint (or of a run folder's best one), in eval mode.
 
     ``expert_backend`` overrides the training backend (a checkpoint trained with TE kernels must be
     scorable on a CPU); the weights are the same for every backend.
     """
-    path = os.fspath(ckpt_path)
+    from biomoe.inference.run_folder import resolve_checkpoint
+
+    path = resolve_checkpoint(ckpt_path)  # a run folder -> its best checkpoint (said on stderr)
     check_checkpoint_file(path)
     if os.path.isdir(path):
         raise GenomeInputError(path, "is a folder (a distributed checkpoint?); this needs a checkpoint file: "

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.errors import GenomeInputError
+from biomoe.inference.run_folder import resolve_checkpoint
 from biomoe.inference.scoring import load_model
 from biomoe.model.transformer import MoETransformer
 from biomoe.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -164,9 +165,11 @@ def from_hf_state_dict(hf: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Ten
 
 
 def export_hf(ckpt_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> Path:
-    """Write ``config.json`` + ``model.safetensors`` for MixtralForCausalLM; returns the folder."""
+    """Write ``config.json`` + ``model.safetensors`` for MixtralForCausalLM; returns the folder.
+    ``ckpt_path`` may be a run folder: its best checkpoint is exported."""
     from safetensors.torch import save_file
 
+    ckpt_path = resolve_checkpoint(ckpt_path)
     model = load_model(ckpt_path)
     tensors = to_hf_state_dict(model)
     out = Path(out_dir)
