@@ -71,8 +71,9 @@ def kernels_that_ran(model: torch.nn.Module) -> str:
 
 def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
                 device: torch.device | str | None = None, plan: ParallelPlan | None = None,
-                announce: Callable[[str], None] = log.info) -> BuiltModel:
+                announce: Callable[[str], None] = log.info, trainer_precision: str | None = None) -> BuiltModel:
     """Assemble the model for ``device`` (where its kernels will run) and the parallel ``plan``.
+    ``trainer_precision`` (Lightning's) only makes the announced line say what really computes.
 
     Parameters are created in the ambient device/dtype context (Lightning's
     ``tensor_init_context``; the meta device for models too large for one rank), so the caller
@@ -107,5 +108,5 @@ def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
         from biomoe.parallel.parallelize import materialize
 
         materialize(model, device)
-    announce(selection.summary())
+    announce(selection.summary(trainer_precision))
     return BuiltModel(model, selection, announce)

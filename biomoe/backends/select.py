@@ -32,9 +32,25 @@ class BackendSelection:
     device: DeviceInfo | None
     paths: dict[str, str] = field(default_factory=dict)
 
-    def summary(self) -> str:
+    def summary(self, trainer_precision: str | None = None) -> str:
+        """One line; with ``trainer_precision`` (Lightning's, e.g. ``32-true``) the precision entry
+        says what computes: without Transformer Engine the TE recipe is not used at all, and the
+        trainer's precision is all there is (fp32 on a CPU run with ``32-true``)."""
         where = f"{self.device.name} (sm {self.device.capability_str})" if self.device else "CPU"
-        return f"biomoe kernels on {where}: " + " | ".join(f"{k}={v}" for k, v in self.paths.items())
+        paths = dict(self.paths)
+        if not self.precision.use_te:
+            paths["precision"] = (TRAINER_PRECISIONS.get(str(trainer_precision), str(trainer_precision))
+                                  + f" (trainer.precision={trainer_precision}; no TE recipe)"
+                                  if trainer_precision is not None else "no TE recipe (trainer.precision decides)")
+        elif trainer_precision is not None:
+            paths["precision"] += f" in TE layers, trainer.precision={trainer_precision}"
+        return f"biomoe kernels on {where}: " + " | ".join(f"{k}={v}" for k, v in paths.items())
+
+
+TRAINER_PRECISIONS = {"32-true": "fp32", "32": "fp32", "64-true": "fp64", "bf16-true": "bf16",
+                      "bf16-mixed": "bf16 autocast, fp32 weights", "16-true": "fp16",
+                      "16-mixed": "fp16 autocast, fp32 weights", "transformer-engine": "TE plugin"}
+"""Lightning precision names -> what computes."""
 
 
 def want_te(component: str, choice: str, te_ok: bool) -> bool:

@@ -46,7 +46,10 @@ class BioMoEModule(L.LightningModule):
         self.model: MoETransformer | None = None
         self.val_ce = MeanMetric()
         self.test_ce = MeanMetric()
-        self._last_step_time: float | None = None
+        self._log_clock: float | None = None  # host clock at the last logging step (after a sync)
+        self._tokens_since_log = 0
+        self._step_seen = -1
+        self._last_loss: Tensor | None = None
         self.built: BuiltModel | None = None
 
     # ----------------------------------------------------------------------------------- model
@@ -62,7 +65,8 @@ class BioMoEModule(L.LightningModule):
         plan_for = getattr(strategy, "parallel_plan", None)
         self.built = build_model(self.config, self.runtime, device,
                                  plan=plan_for() if plan_for is not None else None,
-                                 announce=rank_zero_info)
+                                 announce=rank_zero_info,
+                                 trainer_precision=str(self._trainer.precision) if self._trainer is not None else None)
         self.model = self.built.model
 
     def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
@@ -98,21 +102,42 @@ class BioMoEModule(L.LightningModule):
                 "logits": out.logits}
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """Logs device tensors with ``prog_bar=False``: Lightning converts those to numbers only when
+        the logger writes (every ``log_every_n_steps``). A device tensor in the progress bar would be
+        read every step (a host-device sync); the bar gets host values from :meth:`on_train_batch_end`."""
         terms = self._loss_terms(batch)
         ce = terms["ce"].detach()
-        self.log("train/loss", terms["loss"].detach(), prog_bar=True)
+        loss = terms["loss"].detach()
+        self.log("train/loss", loss)
         self.log_dict({"train/ce": ce, "train/aux": terms["aux"].detach(), "train/z": terms["z"].detach(),
                        "train/bits_per_base": ce / LN2, "train/perplexity": torch.exp(ce)})
-        self._log_throughput(batch)
+        self._tokens_since_log += batch["input_ids"].numel() * self.trainer.world_size
+        self._last_loss = loss
         return terms["loss"]
 
-    def _log_throughput(self, batch: dict[str, Tensor]) -> None:
-        """Tokens/s between consecutive steps (host clock; steady state includes the device work)."""
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """At logging steps only (after the optimizer step): wait for the device once, then log
+        tokens/s over the interval since the previous logging step on the host clock (both ends
+        measured after a sync, so the device's work is in it), and the loss for the progress bar,
+        both as host tensors. The logger reads this step's device metrics right after, for free."""
+        if self.global_step == self._step_seen:
+            return  # gradient accumulation: no optimizer step ended here
+        self._step_seen = self.global_step
+        first = self._log_clock is None
+        if not first and not self.trainer._logger_connector.should_update_logs:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         now = time.perf_counter()
-        if self._last_step_time is not None:
-            tokens = batch["input_ids"].numel() * self.trainer.world_size
-            self.log("train/tokens_per_s", tokens / max(now - self._last_step_time, 1e-9), prog_bar=True)
-        self._last_step_time = now
+        if not first:
+            rate = self._tokens_since_log / max(now - self._log_clock, 1e-9)
+            self.log("train/tokens_per_s", torch.tensor(rate), prog_bar=True)
+            if self._last_loss is not None:
+                self.log("loss", self._last_loss.detach().cpu(), prog_bar=True, logger=False)
+        self._log_clock, self._tokens_since_log = now, 0
+
+    def on_train_start(self) -> None:
+        self._log_clock, self._tokens_since_log, self._step_seen = None, 0, self.global_step
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         """Router upkeep right after the update, not in ``on_train_batch_end``: that hook runs
@@ -141,24 +166,31 @@ class BioMoEModule(L.LightningModule):
 
     def log_expert_load(self) -> None:
         """Per-layer expert load since the last call: fractions, max/mean ratio, normalised entropy
-        of the load, and the mean normalised entropy of each token's routing distribution."""
-        metrics: dict[str, float] = {}
-        for layer_idx, block in enumerate(self.model.blocks):
-            if not getattr(block, "is_moe", False):
+        of the load, and the mean normalised entropy of each token's routing distribution.
+
+        All layers' statistics are copied to the host at once (one sync) and logged as host tensors."""
+        routers = [(idx, block.mlp.router) for idx, block in enumerate(self.model.blocks)
+                   if getattr(block, "is_moe", False)]
+        if not routers:
+            return
+        packed = torch.stack([torch.cat([r.load_counts.float(), r.entropy_sum.float().to(r.load_counts.device)])
+                              for _, r in routers]).cpu()
+        metrics: dict[str, Tensor] = {}
+        for (layer_idx, router), row in zip(routers, packed):
+            num_experts = router.load_counts.numel()
+            counts, entropy_sum = row[:num_experts], row[num_experts:]
+            total = float(counts.sum())
+            if total == 0:
                 continue
-            router = block.mlp.router
-            if router.load_counts.sum() == 0:
-                continue
-            frac = router.load_fraction()
-            num_experts = frac.numel()
+            frac = counts / total
             for e, value in enumerate(frac.tolist()):
-                metrics[f"load/layer{layer_idx}/expert{e}"] = value
-            metrics[f"load/layer{layer_idx}/max_over_mean"] = float(frac.max() * num_experts)
+                metrics[f"load/layer{layer_idx}/expert{e}"] = torch.tensor(value)
+            metrics[f"load/layer{layer_idx}/max_over_mean"] = frac.max() * num_experts
             entropy = -(frac * torch.log(frac.clamp_min(1e-12))).sum() / math.log(num_experts)
-            metrics[f"load/layer{layer_idx}/entropy"] = float(entropy)
-            router_entropy = router.mean_router_entropy()
-            if router_entropy is not None:
-                metrics[f"load/layer{layer_idx}/router_entropy"] = router_entropy
+            metrics[f"load/layer{layer_idx}/entropy"] = entropy
+            if float(entropy_sum[1]) > 0:
+                metrics[f"load/layer{layer_idx}/router_entropy"] = (
+                    entropy_sum[0] / entropy_sum[1] / math.log(num_experts))
             router.reset_stats()
         if metrics:
             self.log_dict(metrics, rank_zero_only=True)
