@@ -65,17 +65,23 @@ def write_output(path: Path, write: Callable[[Path], None]) -> None:
 
 
 def score_genome(model: MoETransformer, genome: Genome, window: int = 1024, batch_size: int = 8,
-                 repeat: RepeatExpert | None = None) -> dict[str, np.ndarray]:
+                 repeat: RepeatExpert | None = None, progress=None) -> dict[str, np.ndarray]:
     """Per-base log-likelihood (nats) for every contig, window by window; with ``repeat``, of the
-    network mixed with that repeat expert."""
+    network mixed with that repeat expert. ``progress`` (tqdm-like) advances by the bases scored."""
     tokenizer = NucleotideTokenizer()
     result: dict[str, np.ndarray] = {}
     for info in genome.contigs:
         starts = range(0, info.length, window)
-        pieces = [tokenizer.encode(genome.fetch(info.name, s, min(s + window, info.length))) for s in starts]
-        scores = sequence_log_likelihood(model, pieces, batch_size=batch_size)
-        if repeat is not None:
-            scores = [repeat.mix(ll, ids) for ll, ids in zip(scores, pieces)]
+        scores: list[np.ndarray] = []
+        for first in range(0, len(starts), batch_size):  # a batch at a time, so progress can show
+            batch = starts[first:first + batch_size]
+            pieces = [tokenizer.encode(genome.fetch(info.name, s, min(s + window, info.length))) for s in batch]
+            batch_scores = sequence_log_likelihood(model, pieces, batch_size=batch_size)
+            if repeat is not None:
+                batch_scores = [repeat.mix(ll, ids) for ll, ids in zip(batch_scores, pieces)]
+            scores.extend(batch_scores)
+            if progress is not None:
+                progress.update(sum(len(piece) for piece in pieces))
         result[info.name] = np.concatenate(scores) if scores else np.zeros(0, dtype=np.float32)
     return result
 
@@ -107,6 +113,7 @@ def main(argv: list[str]) -> int:
                         help="fit the repeat expert on all of these files instead (implies --repeat-expert)")
     parser.add_argument("--repeat-follow-copies", action="store_true",
                         help="let the repeat expert follow copies past mismatches (implies --repeat-expert)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
     args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
     genome = Genome(args.fasta)
@@ -118,11 +125,15 @@ def main(argv: list[str]) -> int:
         repeat = expert_for_checkpoint(args.ckpt, args.repeat_fasta, follow_copies=args.repeat_follow_copies)
         print(f"repeat expert: {len(repeat.table):,} k-mer entries (k={repeat.table.k}) from "
               f"{repeat.table.training_bases:,} training bases")
-    per_base = score_genome(model, genome, args.window, args.batch_size, repeat)
+    tsv = args.out.with_suffix(".tsv")
+    write_output(tsv, lambda target: None)  # creates the folder: a bad --out fails before the work, not after
+    from biomoe.progress import progress_bar
+
+    with progress_bar(genome.total_length, "score-fasta", disable=args.no_progress) as bar:
+        per_base = score_genome(model, genome, args.window, args.batch_size, repeat, progress=bar)
     if repeat is not None and repeat.covered_fraction > 0.5:
         print(f"biomoe: warning: {repeat.covered_fraction:.0%} of the scored bases follow a k-mer of the repeat "
               "expert's training sequence: these scores measure its memory, not the model", file=sys.stderr)
-    tsv = args.out.with_suffix(".tsv")
 
     def write_tsv(target: Path) -> None:
         with open(target, "w") as handle:

@@ -10,12 +10,18 @@ The table is TSV with columns contig, position, ref, alt (an optional header lin
 comments are skipped). Substitutions of any length are scored (ref and alt of equal length);
 indels are refused, because windows of different lengths are not comparable by summed likelihood.
 A reference allele that does not match the genome stops with one line naming the variant.
+
+A ``.vcf``, ``.vcf.gz`` or ``.bcf`` file is read with pysam (``pip install 'biomoe[vcf]'``): every
+ALT allele of a record is one variant. Real call sets mix SNVs with indels and symbolic alleles
+(``<DEL>``, ``*``); those records are skipped with a count on stderr rather than refused, so a
+VCF can be scored as it comes from a caller.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +35,9 @@ from biomoe.inference.scoring import load_model, sequence_log_likelihood
 from biomoe.model.transformer import MoETransformer
 from biomoe.genomics.score_fasta import positive_int, write_output
 
-__all__ = ["Variant", "read_variants", "score_variants", "main"]
+__all__ = ["VCF_SUFFIXES", "Variant", "read_variants", "read_vcf", "score_variants", "main"]
+
+VCF_SUFFIXES: tuple[str, ...] = (".vcf", ".vcf.gz", ".vcf.bgz", ".bcf")
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,42 @@ def read_variants(path: str | os.PathLike[str]) -> list[Variant]:
                                          "substitutions (equal-length ref and alt) are scored")
         variants.append(Variant(contig, int(pos), ref, alt))
     return variants
+
+
+def is_vcf(path: str | os.PathLike[str]) -> bool:
+    return os.fspath(path).lower().endswith(VCF_SUFFIXES)
+
+
+def read_vcf(path: str | os.PathLike[str]) -> tuple[list[Variant], int]:
+    """Substitutions of a VCF/BCF (one per ALT allele) and the number of ALT alleles skipped
+    (indels, symbolic alleles, records without ALT)."""
+    try:
+        import pysam
+    except ImportError:
+        raise GenomeInputError(path, "reading VCF needs pysam: pip install 'biomoe[vcf]'") from None
+    if not os.path.isfile(path):
+        raise GenomeInputError(path, "no such file" if not os.path.exists(path) else "is not a file")
+    variants: list[Variant] = []
+    skipped = 0
+    verbosity = pysam.set_verbosity(0)  # htslib's own warnings would repeat our one-line errors
+    try:
+        with pysam.VariantFile(os.fspath(path)) as vcf:
+            for record in vcf:
+                ref = (record.ref or "").upper()
+                for alt in record.alts or ():
+                    alt = alt.upper()
+                    if len(alt) != len(ref) or not ref or set(ref + alt) - set("ACGT"):
+                        skipped += 1
+                        continue
+                    variants.append(Variant(record.chrom, int(record.pos), ref, alt))
+                if not record.alts:
+                    skipped += 1
+    except (ValueError, OSError) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise GenomeInputError(path, f"cannot read as VCF/BCF ({detail})") from None
+    finally:
+        pysam.set_verbosity(verbosity)
+    return variants, skipped
 
 
 def _read_table_text(path: Path) -> str:
@@ -119,9 +163,23 @@ def variant_windows(genome: Genome, variant: Variant, window: int, source: str) 
 
 @torch.no_grad()
 def score_variants(model: MoETransformer, genome: Genome, variants: list[Variant], window: int = 1024,
-                   source: str = "variants", batch_size: int = 8) -> list[dict[str, object]]:
-    """One dict per variant: the inputs plus window_start (0-based), logp_ref, logp_alt, llr (nats)."""
-    prepared = [variant_windows(genome, v, window, source) for v in variants]  # validate all first
+                   source: str = "variants", batch_size: int = 8, progress=None) -> list[dict[str, object]]:
+    """One dict per variant: the inputs plus window_start (0-based), logp_ref, logp_alt, llr (nats).
+    ``progress`` (tqdm-like) advances by one per scored variant."""
+    prepared = prepare_windows(genome, variants, window, source)
+    return score_windows(model, variants, prepared, batch_size, progress)
+
+
+def prepare_windows(genome: Genome, variants: list[Variant], window: int,
+                    source: str = "variants") -> list[tuple[int, str, str]]:
+    """Every variant's (window start, ref window, alt window): all are checked before any is scored."""
+    return [variant_windows(genome, v, window, source) for v in variants]
+
+
+@torch.no_grad()
+def score_windows(model: MoETransformer, variants: list[Variant], prepared: list[tuple[int, str, str]],
+                  batch_size: int = 8, progress=None) -> list[dict[str, object]]:
+    """:func:`score_variants` for windows made by :func:`prepare_windows`."""
     rows = []
     for i in range(0, len(variants), batch_size):
         chunk = prepared[i:i + batch_size]
@@ -134,6 +192,8 @@ def score_variants(model: MoETransformer, genome: Genome, variants: list[Variant
             rows.append({"contig": variant.contig, "position": variant.position, "ref": variant.ref,
                          "alt": variant.alt, "window_start": start, "logp_ref": logp_ref,
                          "logp_alt": logp_alt, "llr": logp_alt - logp_ref})
+        if progress is not None:
+            progress.update(len(chunk))
     return rows
 
 
@@ -141,19 +201,33 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="biomoe score-variants", description=__doc__.splitlines()[0])
     parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
     parser.add_argument("fasta", nargs="+", help="reference genome FASTA file(s)")
-    parser.add_argument("--variants", required=True, type=Path, help="TSV: contig, position (1-based), ref, alt")
+    parser.add_argument("--variants", required=True, type=Path,
+                        help="TSV (contig, position 1-based, ref, alt) or VCF/BCF (.vcf, .vcf.gz, .bcf)")
     parser.add_argument("--out", required=True, type=Path, help="output TSV")
     parser.add_argument("--window", type=positive_int, default=1024)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
     args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
-    variants = read_variants(args.variants)
+    if is_vcf(args.variants):
+        variants, skipped = read_vcf(args.variants)
+        if skipped:
+            print(f"biomoe: note: {args.variants}: skipped {skipped:,} ALT allele(s) that are not substitutions "
+                  "(indels, symbolic alleles, no ALT)", file=sys.stderr)
+        if not variants:
+            raise GenomeInputError(args.variants, "no substitutions to score in this VCF")
+    else:
+        variants = read_variants(args.variants)
     if not variants:
         raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
                                               "and comments)")
     genome = Genome(args.fasta)
     model = load_model(args.ckpt).to(args.device)
-    rows = score_variants(model, genome, variants, args.window, source=str(args.variants))
+    from biomoe.progress import progress_bar
+
+    prepared = prepare_windows(genome, variants, args.window, source=str(args.variants))
+    with progress_bar(len(variants), "score-variants", unit="variant", disable=args.no_progress) as bar:
+        rows = score_windows(model, variants, prepared, progress=bar)
     columns = ["contig", "position", "ref", "alt", "window_start", "logp_ref", "logp_alt", "llr"]
 
     def write_table(target: Path) -> None:
