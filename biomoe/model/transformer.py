@@ -106,6 +106,8 @@ class Attention(nn.Module):
             v = v.repeat_interleave(repeat, dim=1)
         if past == 0:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif s == 1:  # one new token sees everything cached: no mask
+            out = F.scaled_dot_product_attention(q, k, v)
         else:
             # SDPA's is_causal aligns the mask top-left; new query i sits at position past + i.
             mask = torch.ones(s, past + s, dtype=torch.bool, device=x.device).tril(diagonal=past)
