@@ -24,24 +24,41 @@ class ModelConfig:
     """
 
     vocab_size: int = 64
+    """Rows of the embedding table and LM head: at least the tokenizer's padded vocabulary (64)."""
     hidden_size: int = 256
+    """Width of the residual stream (the embedding size)."""
     num_layers: int = 4
+    """Number of transformer blocks."""
     num_heads: int = 8
+    """Attention (query) heads per block; must divide ``hidden_size``."""
     num_kv_heads: int = 4
+    """Key/value heads (grouped-query attention); must divide ``num_heads``."""
     num_experts: int = 8
+    """Experts in each MoE block."""
     top_k: int = 2
+    """Experts each token is routed to."""
     ffn_hidden_size: int = 512
+    """Hidden width of each expert's SwiGLU MLP."""
     dense_ffn_hidden_size: int | None = None
+    """Hidden width of the MLP of dense (non-MoE) blocks; None = ``ffn_hidden_size * top_k``."""
     moe_layers: list[int] | None = None
+    """Block indices whose MLP is a mixture of experts; None = every block, [] = a dense model."""
     norm_eps: float = 1e-5
+    """Epsilon of the RMSNorm layers."""
     rope_theta: float = 10000.0
+    """Base of the rotary position embedding's frequencies (larger = slower rotation, longer range)."""
     aux_loss_coef: float = 0.01
+    """Weight of the router load-balancing loss (Switch/Mixtral style) in the training loss."""
     z_loss_coef: float = 0.001
+    """Weight of the router z-loss (keeps router logits small, ST-MoE) in the training loss."""
     router_bias_update_rate: float = 0.0
     """> 0 enables auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias added to the
     routing scores for expert *selection only*, nudged by this rate after every optimizer step."""
     init_std: float = 0.02
+    """Standard deviation of the normal weight initialisation (output projections are scaled down
+    with depth)."""
     tie_embeddings: bool = False
+    """Share one matrix between the token embedding and the LM head."""
     dropout: float = 0.0
     """Residual dropout on each block's attention and MLP outputs (training only). A regulariser
     for small genomes, where a model sees every base many times and starts to memorise."""
@@ -133,11 +150,18 @@ class OptimConfig:
     """AdamW with decoupled weight decay groups and linear warm-up then cosine decay."""
 
     lr: float = 1e-3
+    """Peak learning rate, reached at the end of the warm-up."""
     min_lr_ratio: float = 0.1
+    """Learning rate at the end of the cosine decay, as a fraction of ``lr``."""
     weight_decay: float = 0.1
+    """Decoupled weight decay of the weight matrices (1-D parameters such as norms, and the
+    token embedding, get none)."""
     betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW's moment decay rates (beta1, beta2)."""
     eps: float = 1e-8
+    """AdamW's epsilon (added to the root of the second moment)."""
     warmup_steps: int = 100
+    """Optimizer steps of linear warm-up from 0 to ``lr``."""
     max_steps: int | None = None
     """Length of the cosine schedule; defaults to the trainer's estimated stepping batches."""
     fused: bool | None = None

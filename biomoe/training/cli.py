@@ -32,6 +32,20 @@ EXTRA_COMMANDS: dict[str, str] = {
     "export-hf": "biomoe.interop.hf:export_main",
     "import-hf": "biomoe.interop.hf:import_main",
 }
+# One line per subcommand for ``cli.py --help`` (short enough for one terminal line; Lightning's
+# own docstrings are cut mid-sentence there, and the extra commands have none it could read).
+COMMAND_SUMMARIES: dict[str, str] = {
+    "fit": "train a model on FASTA genomes",
+    "validate": "held-out bits/base on the validation split",
+    "test": "held-out bits/base on the test split",
+    "predict": "per-window held-out scores, written to predictions/",
+    "markov": "bits/base of order-k Markov baselines on a genome",
+    "repeat-mix": "bits/base of a model mixed with the repeat expert",
+    "score-fasta": "log-likelihood of each sequence (and base) in FASTA",
+    "score-variants": "variant effects (log-likelihood ratio), TSV or VCF",
+    "export-hf": "export a checkpoint as a transformers model folder",
+    "import-hf": "import a transformers Mixtral folder as a checkpoint",
+}
 # BioMoEModule arguments that choose how to run, not what the model is: a --ckpt_path's
 # hyperparameters do not override them.
 RUNTIME_SWITCHES: tuple[str, ...] = ("compile", "activation_checkpointing")
@@ -39,6 +53,17 @@ RUNTIME_SWITCHES: tuple[str, ...] = ("compile", "activation_checkpointing")
 
 class BioMoECLI(LightningCLI):
     """LightningCLI that reports where results went after ``fit`` and checks vocab sizes."""
+
+    def _add_subcommands(self, parser, **kwargs) -> None:
+        """Lightning's subcommands, then the ones :func:`main` runs itself (their stub parsers are
+        never parsed): ``--help`` and an unknown subcommand's error then list every command."""
+        super()._add_subcommands(parser, **kwargs)
+        subcommands = parser._subcommands_action
+        for choice in subcommands._choices_actions:
+            choice.help = COMMAND_SUMMARIES.get(choice.dest, choice.help)
+        for name in EXTRA_COMMANDS:
+            stub = type(parser)(description=COMMAND_SUMMARIES[name], add_help=False)
+            subcommands.add_subcommand(name, stub, help=COMMAND_SUMMARIES[name])
 
     def instantiate_trainer(self, **kwargs):
         trainer = super().instantiate_trainer(**kwargs)
@@ -68,6 +93,11 @@ class BioMoECLI(LightningCLI):
         if not any(isinstance(cb, BasePredictionWriter) for cb in self.trainer.callbacks):
             out_dir = Path(self.trainer.default_root_dir) / "predictions"
             self.trainer.callbacks.append(WindowScoreWriter(str(out_dir)))
+        if self.trainer.progress_bar_callback is None:
+            # Configs turn the bar off to keep fit's logs short; scoring a genome still shows progress.
+            from lightning.pytorch.callbacks import TQDMProgressBar
+
+            self.trainer.callbacks.append(TQDMProgressBar())
 
     def before_fit(self) -> None:
         self._check_vocab()
@@ -192,11 +222,22 @@ def install_markov_baseline(trainer) -> None:
 
 
 def run_lightning_cli(args: list[str] | None = None) -> BioMoECLI:
+    from jsonargparse import set_parsing_settings
+
+    # Option help comes from the docstrings under each config dataclass field (``fit --help``,
+    # ``--model.config.help ModelConfig``); jsonargparse reads those only when asked to.
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
     return BioMoECLI(
         BioMoEModule,
         GenomeDataModule,
+        # The optimizer and schedule are model.optim (AdamW with weight-decay groups, warm-up and
+        # cosine decay, built by BioMoEModule.configure_optimizers); Lightning's generic
+        # --optimizer/--lr_scheduler would bypass them, so they are not offered.
+        auto_configure_optimizers=False,
         save_config_kwargs={"overwrite": True},
-        parser_kwargs={"exit_on_error": False},  # main() prints argument errors as one line
+        parser_kwargs={"exit_on_error": False,  # main() prints argument errors as one line
+                       "description": "biomoe: Mixture-of-Experts language models for genomes. "
+                                      "Each subcommand has its own --help."},
         args=args,
     )
 
