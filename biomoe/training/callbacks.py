@@ -1,11 +1,14 @@
 """Training guards as Lightning callbacks: non-finite loss/gradients, and router collapse.
 
 Both only observe and decide; they use Lightning's hooks rather than changing the training step,
-so they work the same for every strategy and can be switched off in the YAML.
+so they work the same for every strategy and can be switched off in the YAML. Neither makes the
+host wait for the device in an ordinary step: they keep their evidence on the device and read it
+every ``check_every_n_steps`` steps (and, for the NaN guard, before every checkpoint).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Literal
 
 import lightning as L
@@ -25,37 +28,64 @@ class NonFiniteError(RuntimeError):
 
 
 class NonFiniteGuard(L.Callback):
-    """Detect non-finite loss or gradients before the optimizer applies them.
+    """Detect non-finite loss or gradients, without making the host wait for the device each step.
 
-    Checked in ``on_before_optimizer_step`` — after backward, before gradient clipping and the
-    update — so a bad step never reaches the weights:
+    Every optimizer step, after backward and before gradient clipping and the update, the guard
+    computes on the device whether the loss or any gradient is non-finite (one multi-tensor norm
+    over the gradients: a NaN or inf in a gradient makes its norm non-finite). The host reads
+    those flags only every ``check_every_n_steps`` steps, before every checkpoint is written, and
+    at the end of training, so a NaN is reported at most ``check_every_n_steps`` steps late and
+    never ends up in a checkpoint silently. What happens at a bad step:
 
-    * ``action="stop"``: raise :class:`NonFiniteError` naming the step and the first parameters
-      with non-finite gradients. Training ends before ``on_train_batch_end``, so ModelCheckpoint
-      never saves after the bad step; the last checkpoint on disk is from before it.
-    * ``action="skip"``: drop the gradients (set to ``None``: AdamW then leaves those parameters,
-      their moments and weight decay untouched), warn, and continue. The step still counts
-      (global step and LR schedule advance). After ``max_consecutive_skips`` bad steps in a row
-      it stops anyway: persistent NaN means the run is broken, not unlucky.
+    * On the device, with an optimizer that can skip an update by itself (torch's fused
+      Adam/AdamW/SGD: ``_step_supports_amp_scaling``, the contract GradScaler uses), the guard hands
+      it the flag as ``found_inf``: the update of a bad step is not applied (parameters, moments,
+      weight decay and step count untouched) with no host sync. With ``action="stop"`` the flag
+      latches, so no later update is applied either until the stop is raised.
+    * ``action="stop"``: at the next look, raise :class:`NonFiniteError` naming the first bad step
+      and the parameters whose gradients were non-finite. A checkpoint is never written after the
+      bad step (the look before each save raises first); the last checkpoint on disk is from before.
+      Without an optimizer that skips on the device, the bad update reaches the weights in memory
+      for up to ``check_every_n_steps`` steps before the stop (the message then names the weights
+      that became non-finite).
+    * ``action="skip"``: the step's update is dropped and training continues; each skipped step is
+      warned about (at the next look) and listed in :attr:`skipped_steps`. The step still counts
+      (global step and LR schedule advance). After ``max_consecutive_skips`` bad steps in a row it
+      stops anyway: persistent NaN means the run is broken, not unlucky. An optimizer that cannot
+      skip on the device makes the guard look every step instead (one host sync per step) and drop
+      the gradients itself.
 
     As a last line of defence it refuses to write a checkpoint whose weights are not finite
     (raising before the file is written; with atomic checkpoint I/O the previous one stays).
-    Under sharded strategies every rank sees only its shard, so the decision is OR-reduced over
-    ranks (one boolean all-reduce per step) to keep ranks in step.
+    Under sharded strategies every rank sees only its shard: the device flag that gates the update
+    is max-reduced over ranks every step (no host sync), and each look OR-reduces the decision.
     """
 
     def __init__(self, action: Literal["stop", "skip"] = "stop", max_consecutive_skips: int = 10,
-                 check_checkpoint: bool = True) -> None:
+                 check_checkpoint: bool = True, check_every_n_steps: int = 50) -> None:
         if action not in ("stop", "skip"):
             raise ValueError(f"NonFiniteGuard action must be 'stop' or 'skip', got {action!r}")
+        if check_every_n_steps < 1:
+            raise ValueError(f"NonFiniteGuard check_every_n_steps must be >= 1, got {check_every_n_steps}")
         self.action = action
         self.max_consecutive_skips = max_consecutive_skips
         self.check_checkpoint = check_checkpoint
+        self.check_every_n_steps = check_every_n_steps
         self.skipped_steps: list[int] = []
         self._loss_finite: Tensor | None = None
         self._consecutive = 0
+        self._pending: list[_StepFlags] = []
+        """Device flags of the optimizer steps since the host last looked."""
+        self._latched: Tensor | None = None
+        self._gated: list[torch.optim.Optimizer] = []
+        self._last_look_step = -1
 
-    # -- detection ------------------------------------------------------------------------------
+    # -- detection (device only) ----------------------------------------------------------------
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._pending.clear()
+        self._latched = None
+        self._last_look_step = trainer.global_step
+
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
         finite = torch.isfinite(loss.detach()).all()  # stays on device: no sync per micro-batch
         self._loss_finite = finite if self._loss_finite is None else self._loss_finite & finite
@@ -63,43 +93,163 @@ class NonFiniteGuard(L.Callback):
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule,
                                  optimizer: torch.optim.Optimizer) -> None:
         loss_finite, self._loss_finite = self._loss_finite, None
-        grads = [(name, p.grad) for name, p in pl_module.named_parameters() if p.grad is not None]
-        flags = [torch.isfinite(_local(g)).all() for _, g in grads]
-        if loss_finite is not None:
-            flags.append(loss_finite)
-        local_bad = bool(flags) and not bool(torch.stack([f.to(flags[0].device) for f in flags]).all())
-        bad = trainer.strategy.reduce_boolean_decision(local_bad, all=False)
-        if not bad:
+        named = [(name, _local(p.grad)) for name, p in pl_module.named_parameters() if p.grad is not None]
+        names = [name for name, _ in named]
+        grad_bad = nonfinite_per_tensor([g for _, g in named])
+        device = grad_bad.device if grad_bad is not None else (
+            loss_finite.device if loss_finite is not None else pl_module.device)
+        loss_bad = (~loss_finite).reshape(()) if loss_finite is not None else None
+        bad = torch.zeros((), dtype=torch.bool, device=device)
+        if grad_bad is not None and grad_bad.numel():
+            bad = bad | grad_bad.any()
+        if loss_bad is not None:
+            bad = bad | loss_bad.to(device)
+        gated = _skips_on_device(trainer, optimizer)
+        if gated:
+            bad = _max_over_ranks(trainer, bad)
+            if self.action == "stop":  # nothing is applied from the first bad step until the stop
+                self._latched = bad if self._latched is None else self._latched | bad
+                flag = self._latched
+            else:
+                flag = bad
+            optimizer.found_inf = flag.to(torch.float32)  # read by the fused kernel: skip if 1
+            self._gated.append(optimizer)
+        self._pending.append(_StepFlags(trainer.global_step, bad, loss_bad, grad_bad, names, gated))
+        if not gated and self.action == "skip":
+            self.look(trainer, pl_module, optimizer)  # must decide before the update: one sync per step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        self._ungate()
+        step = trainer.global_step
+        if step != self._last_look_step and step % self.check_every_n_steps == 0:
+            self.look(trainer, pl_module)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._ungate()
+        self.look(trainer, pl_module, can_log=False)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._ungate()
+
+    def _ungate(self) -> None:
+        for optimizer in self._gated:
+            if hasattr(optimizer, "found_inf"):
+                del optimizer.found_inf
+        self._gated.clear()
+
+    # -- the host looks -------------------------------------------------------------------------
+    def look(self, trainer: L.Trainer, pl_module: L.LightningModule,
+             optimizer: torch.optim.Optimizer | None = None, can_log: bool = True) -> None:
+        """Read the flags of the steps since the last look (one device-to-host copy) and act on them."""
+        self._last_look_step = trainer.global_step
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        flags = torch.stack([p.bad.to(pending[0].bad.device) for p in pending]).cpu().tolist()
+        if not trainer.strategy.reduce_boolean_decision(any(flags), all=False):
             self._consecutive = 0
             return
-        step = trainer.global_step
-        loss_bad = loss_finite is not None and not bool(loss_finite)
-        where = [name for name, g in grads if not bool(torch.isfinite(_local(g)).all())]
-        message = _describe(step, loss_bad, where, pl_module)
-        if self.action == "stop":
-            raise NonFiniteError(f"{message}; training stopped (NonFiniteGuard action=stop), "
-                                 "no checkpoint was written after this step")
-        self._consecutive += 1
-        if self._consecutive > self.max_consecutive_skips:
-            raise NonFiniteError(f"{message}; {self._consecutive} non-finite steps in a row, "
-                                 "giving up (NonFiniteGuard max_consecutive_skips)")
-        optimizer.zero_grad(set_to_none=True)
-        self.skipped_steps.append(step)
-        rank_zero_warn(f"{message}; skipping this optimizer step (NonFiniteGuard action=skip)")
-        pl_module.log("train/skipped_nonfinite_steps", float(len(self.skipped_steps)), rank_zero_only=True)
+        if not any(flags):  # bad on another rank only (flags not reduced without on-device gating)
+            flags = [False] * (len(flags) - 1) + [True]
+        for entry, bad in zip(pending, flags):
+            if not bad:
+                self._consecutive = 0
+                continue
+            message = _describe(entry.step, entry.loss_was_bad(), entry.bad_names(), pl_module)
+            if self.action == "stop":
+                raise NonFiniteError(f"{message}; training stopped (NonFiniteGuard action=stop), "
+                                     "no checkpoint was written after this step")
+            self._consecutive += 1
+            if self._consecutive > self.max_consecutive_skips:
+                raise NonFiniteError(f"{message}; {self._consecutive} non-finite steps in a row, "
+                                     "giving up (NonFiniteGuard max_consecutive_skips)")
+            if not entry.gated and optimizer is not None:
+                optimizer.zero_grad(set_to_none=True)  # AdamW then leaves these parameters alone
+            self.skipped_steps.append(entry.step)
+            rank_zero_warn(f"{message}; skipping this optimizer step (NonFiniteGuard action=skip)")
+        if can_log and self.skipped_steps:
+            pl_module.log("train/skipped_nonfinite_steps", torch.tensor(float(len(self.skipped_steps))),
+                          rank_zero_only=True)  # a host tensor: logging it costs no device copy
 
     # -- checkpoints ----------------------------------------------------------------------------
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
+        self.look(trainer, pl_module, can_log=False)  # a pending NaN stops before anything is written
         if not self.check_checkpoint:
             return
-        bad = [key for key, value in checkpoint.get("state_dict", {}).items()
-               if isinstance(value, Tensor) and value.is_floating_point()
-               and not bool(torch.isfinite(_local(value)).all())]
+        items = [(key, _local(value)) for key, value in checkpoint.get("state_dict", {}).items()
+                 if isinstance(value, Tensor) and value.is_floating_point()]
+        per_tensor = nonfinite_per_tensor([v for _, v in items])
+        bad = [] if per_tensor is None else [k for (k, _), b in zip(items, per_tensor.cpu().tolist()) if b]
         if trainer.strategy.reduce_boolean_decision(bool(bad), all=False):
             first = f": {', '.join(bad[:3])}" if bad else " on another rank"
             raise NonFiniteError(f"step {trainer.global_step}: refusing to write a checkpoint with "
                                  f"non-finite weights{first}")
+
+
+class _StepFlags:
+    """One optimizer step's device flags, read only when the host looks."""
+
+    __slots__ = ("step", "bad", "loss_bad", "grad_bad", "names", "gated")
+
+    def __init__(self, step: int, bad: Tensor, loss_bad: Tensor | None, grad_bad: Tensor | None,
+                 names: list[str], gated: bool) -> None:
+        self.step, self.bad, self.loss_bad, self.grad_bad = step, bad, loss_bad, grad_bad
+        self.names, self.gated = names, gated
+
+    def loss_was_bad(self) -> bool:
+        return self.loss_bad is not None and bool(self.loss_bad)
+
+    def bad_names(self) -> list[str]:
+        if self.grad_bad is None:
+            return []
+        return [name for name, b in zip(self.names, self.grad_bad.cpu().tolist()) if b]
+
+
+def nonfinite_per_tensor(tensors: list[Tensor]) -> Tensor | None:
+    """Bool vector (on the first tensor's device): True where a tensor holds NaN or inf.
+
+    One multi-tensor 2-norm per (device, dtype) group, accumulated in fp32: NaN and inf propagate
+    into the norm. A finite tensor whose norm overflows fp32 (entries ~1e19 and more) counts as
+    non-finite too — gradient clipping could not scale it either. No host synchronisation."""
+    if not tensors:
+        return None
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for index, tensor in enumerate(tensors):
+        groups.setdefault((tensor.device, tensor.dtype), []).append(index)
+    norms: list[Tensor | None] = [None] * len(tensors)
+    first = tensors[0].device
+    for indices in groups.values():
+        group = [tensors[i].detach() for i in indices]
+        try:
+            values = torch._foreach_norm(group, 2.0, dtype=torch.float32)
+        except (TypeError, RuntimeError):  # torch without the dtype argument: accumulate as stored
+            values = [v.float() for v in torch._foreach_norm(group, 2.0)]
+        for i, value in zip(indices, values):
+            norms[i] = value.to(first)
+    return ~torch.isfinite(torch.stack(norms))
+
+
+def _skips_on_device(trainer: L.Trainer, optimizer: torch.optim.Optimizer) -> bool:
+    """The optimizer reads ``found_inf`` and skips its update when it is 1 (torch's fused kernels),
+    and no GradScaler owns that attribute (fp16 mixed precision sets it itself)."""
+    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+        return False
+    if "grad_scaler" in inspect.signature(optimizer.step).parameters:
+        return False  # the older protocol: the optimizer asks a GradScaler object instead
+    return getattr(trainer.precision_plugin, "scaler", None) is None
+
+
+def _max_over_ranks(trainer: L.Trainer, flag: Tensor) -> Tensor:
+    """OR of a device flag over all ranks, as a collective on the device (no host sync)."""
+    import torch.distributed as dist
+
+    if trainer.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+        return flag
+    as_int = flag.to(torch.int32)
+    dist.all_reduce(as_int, op=dist.ReduceOp.MAX)
+    return as_int.bool()
 
 
 def _local(tensor: Tensor) -> Tensor:
@@ -184,7 +334,11 @@ class RouterCollapseMonitor(L.Callback):
     def check(self, step: int) -> list[tuple[int, int, float]]:
         """Update streaks from the counts since the last check; returns the new warnings."""
         warnings: list[tuple[int, int, float]] = []
-        for layer, counts in sorted(self._counts.items()):
+        layers = sorted(self._counts)
+        tensors = [self._counts[layer].reshape(-1) for layer in layers]
+        host = torch.cat([t.to(tensors[0].device) for t in tensors]).cpu().split(
+            [t.numel() for t in tensors]) if tensors else []  # one device-to-host copy per check
+        for layer, counts in zip(layers, host):
             total = float(counts.sum())
             if total <= 0:
                 continue

@@ -36,7 +36,7 @@ def load_balancing_loss(router_probs: Tensor, tokens_per_expert: Tensor, top_k: 
     and grows to E when one expert takes everything. ``f`` carries no gradient (it comes from a
     top-k); the gradient flows through ``P``.
     """
-    tokens = torch.tensor(float(router_probs.shape[0]), device=router_probs.device)
+    tokens = torch.full((), float(router_probs.shape[0]), device=router_probs.device)  # a fill, not a host copy
     return load_balancing_loss_from_sums(router_probs.sum(0), tokens_per_expert.to(router_probs.dtype),
                                          tokens, top_k)
 
@@ -130,7 +130,8 @@ class TopKRouter(nn.Module):
         return RoutingResult(indices, weights, counts, probs, aux, z)
 
     def _global_stats(self, counts: Tensor, probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        tokens = torch.tensor(float(probs.shape[0]), device=probs.device)
+        # torch.full launches a fill; torch.tensor(x, device=cuda) would copy from the host and sync.
+        tokens = torch.full((), float(probs.shape[0]), device=probs.device)
         counts = counts.float()
         if self.stats_reducer is None:
             return counts, probs.sum(0), tokens
@@ -157,7 +158,7 @@ class TopKRouter(nn.Module):
     def _accumulate_entropy(self, probs: Tensor) -> None:
         if self.training and probs.shape[0] > 0:
             entropy = -(probs * torch.log(probs.clamp_min(1e-20))).sum(-1)
-            self.entropy_sum += torch.stack([entropy.sum(), entropy.new_tensor(float(probs.shape[0]))])
+            self.entropy_sum += torch.stack([entropy.sum(), entropy.new_full((), float(probs.shape[0]))])
 
     @torch.no_grad()
     def mean_router_entropy(self) -> float | None:
@@ -181,8 +182,11 @@ class TopKRouter(nn.Module):
 
     @torch.no_grad()
     def update_bias(self) -> None:
-        """Aux-loss-free balancing step: ``b_i += rate · sign(mean_load − load_i)``."""
-        if self.bias_update_rate <= 0 or self.load_counts.sum() == 0:
+        """Aux-loss-free balancing step: ``b_i += rate · sign(mean_load − load_i)``.
+
+        No host check for empty statistics: with no routed tokens every load is 0, the sign is 0 and
+        the bias stays, so the step never waits for the device."""
+        if self.bias_update_rate <= 0:
             return
         error = self.load_counts.mean() - self.load_counts
         self.expert_bias += self.bias_update_rate * torch.sign(error)
