@@ -40,7 +40,9 @@ clean:
 
 # GPU targets run with whatever python has torch+CUDA (the venv if present, else python3).
 RUNPY := $(shell test -x $(PY) && echo $(PY) || echo python3)
-BENCH_ARGS ?= --sweep
+# Full sweep ~8 min on an H200; BENCH_ARGS=--quick for one shape in bf16, --rows/--shapes/--precisions
+# to pick rows, --sweep adds the sequence-length sweep (python -m biomoe.bench --help).
+BENCH_ARGS ?=
 
 bench:
 	$(RUNPY) -m biomoe.bench --out results/bench $(BENCH_ARGS)

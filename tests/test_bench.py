@@ -6,6 +6,9 @@ start from the same weights and compute the same function; that is checked here 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -54,3 +57,102 @@ def test_independent_init_differs_from_the_reference():
         hf_logits = hf.model(input_ids=ids, use_cache=False).logits.float()
         bio_logits = bio.model(ids).logits.float()
     assert (bio_logits - hf_logits).norm() / hf_logits.norm() > 0.1
+
+
+# ----------------------------------------------------------------------------- the row plan
+from biomoe.bench.records import BASELINE, BenchRecord, Row, fill_ratios, select_rows  # noqa: E402
+from biomoe.bench.run import DEFAULT_CONTENDERS, BenchContext, main, measure, plan_rows  # noqa: E402
+from biomoe.bench.shapes import DEFAULT_CASES, parse_case  # noqa: E402
+from biomoe.bench.timing import PEAK_BF16_TFLOPS, throughput  # noqa: E402
+
+
+def test_cases_name_a_shape_and_its_tokens_per_step():
+    big = parse_case("mixtral-2layer@16384")
+    assert (big.seq, big.micro_batch, big.case) == (4096, 4, "mixtral-2layer@16384")
+    assert parse_case("dna-small").case == "dna-small@16384"  # seq 8192 x 2, as configs/dna-small.yaml
+    assert [parse_case(c).tokens_per_step for c in DEFAULT_CASES] == [4096, 16384, 16384]
+    for bad in ("mixtral-2layer@5000", "mixtral-2layer@0", "nope@4096"):
+        with pytest.raises(ValueError):
+            parse_case(bad)
+
+
+def test_plan_puts_the_baseline_first_and_sweeps_precisions_where_they_apply():
+    cases = [parse_case("tiny"), parse_case("tiny@512")]
+    rows = plan_rows(cases, list(reversed(DEFAULT_CONTENDERS)), ["bf16", "fp8-block"], ["bf16"])
+    for case in cases:
+        mine = [r for r in rows if r.shape.case == case.case]
+        assert mine[0].contender == BASELINE
+        by = {(r.contender, r.precision) for r in mine}
+        assert ("biomoe-cli", "fp8-block") in by and ("biomoe-loop", "fp8-block") in by
+        assert ("hf-bf16-fused", "fp8-block") not in by and ("biomoe-cli-nocallbacks", "fp8-block") not in by
+        assert {c for c, _ in by} == set(DEFAULT_CONTENDERS)
+    with pytest.raises(ValueError, match="unknown contender"):
+        plan_rows(cases, ["hf-nope"], ["bf16"], ["bf16"])
+
+
+def test_row_filter_keeps_the_baseline_of_each_kept_shape():
+    rows = plan_rows([parse_case("tiny"), parse_case("dna-small")], list(DEFAULT_CONTENDERS), ["bf16", "fp8-block"],
+                     ["bf16"])
+    kept = select_rows(rows, ["tiny@256/biomoe-cli/*"])
+    assert [r.id for r in kept] == ["tiny@256/hf-bf16-fused/bf16", "tiny@256/biomoe-cli/bf16",
+                                    "tiny@256/biomoe-cli/fp8-block"]
+    assert select_rows(rows, []) == rows
+
+
+def test_ratios_are_against_the_baseline_of_the_same_shape_and_tokens():
+    tiny, wide = parse_case("tiny"), parse_case("tiny@512")
+    recs = [BenchRecord.for_row(Row(tiny, BASELINE, "bf16"), tokens_per_s=100.0),
+            BenchRecord.for_row(Row(tiny, "biomoe-cli", "bf16"), tokens_per_s=150.0),
+            BenchRecord.for_row(Row(tiny, "biomoe-loop", "bf16"), status="error", error="boom"),
+            BenchRecord.for_row(Row(wide, "biomoe-cli", "bf16"), tokens_per_s=300.0)]
+    fill_ratios(recs)
+    assert [r.ratio_vs_hf_bf16_fused for r in recs] == [1.0, 1.5, None, None]
+
+
+def test_throughput_is_the_median_step_with_model_flops():
+    shape = parse_case("tiny")
+    speed = throughput(shape, [30.0, 10.0, 20.0])
+    assert speed.step_ms == 20.0
+    assert speed.tokens_per_s == pytest.approx(shape.tokens_per_step / 0.02)
+    assert speed.tflops == pytest.approx(shape.flops_per_step() / 0.02 / 1e12)
+    assert speed.mfu == pytest.approx(speed.tflops / PEAK_BF16_TFLOPS)
+
+
+def test_a_failing_row_becomes_a_record_with_its_message(tmp_path):
+    """biomoe-loop with TE experts on a CPU cannot be built: recorded, not raised."""
+    ctx = BenchContext(CPU, Path("configs/dna-small.yaml"), warmup=1, steps=1, loop_backend="te",
+                       independent_init=True)
+    record = measure(Row(parse_case("tiny"), "biomoe-loop", "bf16"), ctx)
+    assert record.status == "error" and "te" in record.error and record.tokens_per_s is None
+
+
+def test_bench_runs_hf_the_bare_loop_and_the_product_path_and_writes_the_report(tmp_path):
+    """The whole `make bench` flow on a CPU at the tiny shape (numbers meaningless, layout real)."""
+    out = tmp_path / "bench"
+    assert main(["--device", "cpu", "--shapes", "tiny", "--precisions", "bf16,fp8-block", "--warmup", "1",
+                 "--steps", "2", "--contenders", "hf-bf16-fused,biomoe-loop,biomoe-cli,biomoe-cli-nocallbacks",
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "bench.json").read_text())
+    assert "6·N_active·tokens" in report["flop_formula"] and report["peak_tflops_for_mfu"] == 790.0
+    assert report["command"].split()[1:3] == ["-m", "biomoe.bench"]
+    assert {"torch", "transformers", "transformer_engine", "gpu"} <= set(report["environment"])
+    rows = {(r["contender"], r["precision"]): r for r in report["records"]}
+    for key in [("hf-bf16-fused", "bf16"), ("biomoe-loop", "bf16"), ("biomoe-cli", "bf16"),
+                ("biomoe-cli-nocallbacks", "bf16")]:
+        r = rows[key]
+        assert r["status"] == "ok", r
+        assert r["tokens_per_s"] > 0 and r["steps_timed"] == 2 and r["shape"] == "tiny"
+        assert r["tokens_per_step"] == 256 and r["ratio_vs_hf_bf16_fused"] > 0
+        assert {"mfu", "tflops", "peak_mem_gb"} <= set(r) and len(r["losses"]) == 4  # 1 + 2 + 1 closing step
+    assert rows[("hf-bf16-fused", "bf16")]["ratio_vs_hf_bf16_fused"] == 1.0
+    shipped = rows[("biomoe-cli", "bf16")]["details"]
+    assert {"NonFiniteGuard", "RouterCollapseMonitor", "ModelCheckpoint"} <= set(shipped["callbacks"])
+    assert "cli.py fit --config=" in shipped["command"] and "--model.runtime.precision=bf16" in shipped["command"]
+    bare = rows[("biomoe-cli-nocallbacks", "bf16")]["details"]["callbacks"]
+    assert not {"NonFiniteGuard", "RouterCollapseMonitor", "ModelCheckpoint"} & set(bare)
+    for key in [("biomoe-loop", "fp8-block"), ("biomoe-cli", "fp8-block")]:
+        assert rows[key]["status"] == "skipped" and "fp8-block" in rows[key]["error"]
+    assert "fp8-block" in report["skipped_precisions"]
+    text = (out / "bench.md").read_text()
+    assert "| biomoe-cli | bf16 |" in text and "Not run here: biomoe-loop/fp8-block" in text
+    assert (out / "bench.png").stat().st_size > 1000

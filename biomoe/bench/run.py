@@ -1,253 +1,418 @@
-"""``python -m biomoe.bench``: HF Mixtral vs biomoe on one GPU, same shapes and tokens, one process.
+"""``python -m biomoe.bench``: Hugging Face Mixtral against biomoe, on one GPU, in one process.
 
-Writes ``bench.json``, ``bench.md`` and ``bench.png`` into ``--out`` and prints the table.
+Every row trains the same shape on the same token batch and is timed the same way: HF baselines
+(pure bf16 + fused AdamW, fp32 weights under bf16 autocast + fused AdamW, the eager experts loop),
+biomoe's bare training loop, and the product path — a Lightning Trainer built from a shipped
+config exactly as ``cli.py fit`` builds it. Writes ``bench.json`` (one record per row), ``bench.md``
+and ``bench.png`` into ``--out``, rewritten after every row.
+
+    python -m biomoe.bench                      # full sweep (~8 min on an H200)
+    python -m biomoe.bench --quick              # one shape, bf16, few steps (~1-2 min)
+    python -m biomoe.bench --rows '*@16384/*/fp8-block'   # only matching rows (+ their baseline)
+    python -m biomoe.bench --list               # print the row ids and exit
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
+import shlex
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from biomoe.bench.models import Contender, ReferenceInit, build_biomoe, build_hf, reference_init
-from biomoe.bench.shapes import SHAPES, BenchShape
-from biomoe.bench.timing import PEAK_BF16_TFLOPS, StepStats, free_memory, time_training
-from biomoe.model.config import LAYER_BACKEND_FIELDS
+from biomoe.bench.product import CLI_VARIANTS, DEFAULT_CONFIG, config_expert_backend, read_config, run_cli
+from biomoe.bench.records import BASELINE, BenchRecord, Row, fill_ratios, select_rows
+from biomoe.bench.report import environment, report_dict, write_report
+from biomoe.bench.shapes import DEFAULT_CASES, QUICK_CASES, BenchShape, parse_case
+from biomoe.bench.timing import free_memory, peak_memory_gb, throughput, time_training
+from biomoe.precisions import PRECISIONS
 
-PRECISIONS = ("bf16", "fp8-current", "fp8-block", "fp8-delayed")
+HF_CONTENDERS: dict[str, dict[str, Any]] = {
+    "hf-bf16-fused": dict(experts_impl="grouped_mm", amp=False, fused_adam=True,
+                          about="HF MixtralForCausalLM, pure bf16 weights, grouped_mm experts, "
+                                "torch.optim.AdamW(fused=True): the baseline"),
+    "hf-amp-fused": dict(experts_impl="grouped_mm", amp=True, fused_adam=True,
+                         about="HF MixtralForCausalLM, fp32 weights under torch.autocast(bfloat16) "
+                               "(HF Trainer bf16=True on an fp32 model), grouped_mm experts, fused AdamW"),
+    "hf-eager": dict(experts_impl="eager", amp=False, fused_adam=True,
+                     about="HF MixtralForCausalLM, pure bf16, eager experts loop, fused AdamW"),
+    "hf-bf16-foreach": dict(experts_impl="grouped_mm", amp=False, fused_adam=False,
+                            about="HF MixtralForCausalLM, pure bf16, grouped_mm experts, torch AdamW "
+                                  "defaults (foreach)"),
+}
+LOOP_CONTENDERS = {
+    "biomoe-loop": "biomoe's bare training loop: the model as training builds it, bf16 weights, "
+                   "torch fused AdamW, no Lightning (the config's expert backend)",
+    "biomoe-loop-compile": "biomoe-loop with model.runtime.compile (torch.compile of each block)",
+}
+ABLATION_PREFIX = "biomoe-loop[te "
+LAYER_COMPONENTS = ("norm_backend", "attention_backend", "router_backend", "dispatch_backend")
+DEFAULT_CONTENDERS = ("hf-bf16-fused", "hf-amp-fused", "hf-eager", "biomoe-loop", "biomoe-cli",
+                      "biomoe-cli-nocallbacks", "biomoe-cli-nomaster")
+ALL_PRECISIONS = tuple(PRECISIONS)
+PRECISION_SWEPT = ("biomoe-loop", "biomoe-loop-compile", "biomoe-cli")
+"""Contenders run at every requested precision; HF rows are bf16, the other CLI variants run at
+``--variant-precisions`` (they isolate one cost, measured in bf16 by default)."""
 
 
-def te_available() -> bool:
-    try:
-        import transformer_engine.pytorch  # noqa: F401
-    except Exception:
-        return False
-    return True
+def contender_about(name: str) -> str:
+    if name in HF_CONTENDERS:
+        return HF_CONTENDERS[name]["about"]
+    if name in LOOP_CONTENDERS:
+        return LOOP_CONTENDERS[name]
+    if name in CLI_VARIANTS:
+        return CLI_VARIANTS[name].about
+    if name.startswith(ABLATION_PREFIX):
+        return "biomoe-loop with only this TE layer component on (the others torch)"
+    raise ValueError(f"unknown contender {name!r}; choose from "
+                     f"{', '.join([*HF_CONTENDERS, *LOOP_CONTENDERS, *CLI_VARIANTS])}")
 
 
-def ablation_variants(init: ReferenceInit | None) -> list[tuple[str, Callable]]:
-    """biomoe grouped bf16 with the TE layer components switched on one at a time (and none):
-    locates a component that changes training, since all start from the same weights."""
-    all_torch = {c: "torch" for c in LAYER_BACKEND_FIELDS}
-    out = [("biomoe-grouped-bf16[torch layers]",
-            lambda s, d: build_biomoe(s, "grouped", "bf16", d, init=init, layer_backends=all_torch))]
-    for component in LAYER_BACKEND_FIELDS:
-        only = dict(all_torch, **{component: "te"})
-        label = f"biomoe-grouped-bf16[te {component.split('_')[0]} only]"
-        out.append((label, lambda s, d, o=only: build_biomoe(s, "grouped", "bf16", d, init=init,
-                                                              layer_backends=o)))
+def plan_rows(cases: list[BenchShape], contenders: list[str], precisions: list[str],
+              variant_precisions: list[str]) -> list[Row]:
+    """Every (shape, contender, precision) row, baseline first within each shape."""
+    ordered = sorted(contenders, key=lambda c: c != BASELINE)
+    rows = []
+    for shape in cases:
+        for contender in ordered:
+            contender_about(contender)  # unknown names fail before anything runs
+            if contender in HF_CONTENDERS or contender.startswith(ABLATION_PREFIX):
+                chosen = ["bf16"]
+            elif contender in PRECISION_SWEPT:
+                chosen = precisions
+            else:
+                chosen = variant_precisions
+            rows.extend(Row(shape, contender, p) for p in chosen)
+    return rows
+
+
+def precision_support(device: torch.device, precisions: list[str]) -> dict[str, str]:
+    """Precisions this device cannot run, each with the one-line reason training would give."""
+    from biomoe.backends.te.availability import device_info, te_usable
+    from biomoe.backends.te.precision import resolve_precision, te_support_checker
+    from biomoe.errors import ConfigError
+
+    te_ok = te_usable(device)
+    info = device_info(device) if device.type == "cuda" else None
+    out = {}
+    for name in precisions:
+        try:
+            resolve_precision(name, None, info, te_ok, te_support_checker if te_ok else None)
+        except ConfigError as err:
+            out[name] = str(err)
     return out
-
-
-def variants(args: argparse.Namespace, init: ReferenceInit | None = None
-             ) -> list[tuple[str, Callable[[BenchShape, torch.device], Contender]]]:
-    """(label, builder) for every contender this GPU and install can run; biomoe ones start
-    from ``init`` (the HF baseline's initial weights) when given."""
-    out: list = [("hf-default", lambda s, d: build_hf(s, "grouped_mm", d)),
-                 ("hf-default+fused-adamw", lambda s, d: build_hf(s, "grouped_mm", d, fused_adam=True))]
-    if not args.skip_hf_eager:
-        out.append(("hf-eager", lambda s, d: build_hf(s, "eager", d)))
-    backends = args.backends.split(",")
-    for backend in backends:
-        if backend.startswith("te") and not te_available():
-            continue
-        precisions = PRECISIONS if backend.startswith("te") or backend == "auto" else ("bf16",)
-        if not te_available():
-            precisions = ("bf16",)
-        for precision in precisions:
-            if precision not in args.precisions.split(","):
-                continue
-            out.append((f"biomoe-{backend}-{precision}",
-                        lambda s, d, b=backend, p=precision: build_biomoe(s, b, p, d, init=init)))
-    if args.compile:
-        out.append(("biomoe-grouped-bf16+compile",
-                    lambda s, d: build_biomoe(s, "grouped", "bf16", d, compile_blocks=True, init=init)))
-    if args.layer_ablation and te_available():
-        out.extend(ablation_variants(init))
-    return out
-
-
-def run_variant(label, builder, shape, device, warmup, steps, ids, labels) -> StepStats:
-    free_memory()
-    torch.manual_seed(0)  # every contender starts from the same RNG state
-    try:
-        contender = builder(shape, device)
-        stats = time_training(contender, shape, ids, labels, warmup, steps)
-        del contender
-        return stats
-    except torch.OutOfMemoryError:
-        return StepStats(label, shape.name, shape.seq, shape.micro_batch, 0, float("nan"), 0.0, 0.0, 0.0,
-                         torch.cuda.max_memory_allocated() / 2**30, float("nan"), "OOM")
-    except Exception as err:  # report and continue: one broken variant must not hide the others
-        traceback.print_exc()
-        return StepStats(label, shape.name, shape.seq, shape.micro_batch, 0, float("nan"), 0.0, 0.0, 0.0,
-                         0.0, float("nan"), f"error: {type(err).__name__}: {err}"[:200])
-    finally:
-        free_memory()
 
 
 def random_tokens(shape: BenchShape, device: torch.device, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random nucleotide ids (A/C/G/T = 4..7); labels are the next base. The same for every variant."""
+    """Random nucleotide ids (A/C/G/T = 4..7); labels are the next base. The same for every row."""
     gen = torch.Generator().manual_seed(seed)
     seq = torch.randint(4, 8, (shape.micro_batch, shape.seq + 1), generator=gen)
     return seq[:, :-1].contiguous().to(device), seq[:, 1:].contiguous().to(device)
 
 
-def seq_sweep(args, device) -> list[StepStats]:
-    """Longest trainable sequence on dna-small at micro-batch 1: HF default vs biomoe (+AC)."""
-    base = SHAPES["dna-small"]
-    contenders = {
-        "hf-default": lambda s, d: build_hf(s, "grouped_mm", d),
-        "biomoe-ac": lambda s, d: build_biomoe(s, args.sweep_backend, "bf16", d, activation_checkpointing=True),
+@dataclass
+class BenchContext:
+    device: torch.device
+    config_path: Path
+    warmup: int
+    steps: int
+    loop_backend: str
+    independent_init: bool = False
+    tokens: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    inits: dict[str, ReferenceInit] = field(default_factory=dict)
+
+    def batch(self, shape: BenchShape) -> tuple[torch.Tensor, torch.Tensor]:
+        if shape.case not in self.tokens:
+            self.tokens = {shape.case: random_tokens(shape, self.device)}  # one shape's tokens at a time
+        return self.tokens[shape.case]
+
+    def init(self, shape: BenchShape) -> ReferenceInit | None:
+        """The HF baseline's initial weights, converted (built once per shape, kept on the CPU)."""
+        if self.independent_init:
+            return None
+        if shape.case not in self.inits:
+            self.inits.clear()
+            free_memory(self.device)
+            self.inits[shape.case] = reference_init(shape, self.device)
+            free_memory(self.device)
+        return self.inits[shape.case]
+
+
+def loop_builder(row: Row, ctx: BenchContext) -> tuple[Callable[[], Contender], dict[str, Any]]:
+    shape, name = row.shape, row.contender
+    if name in HF_CONTENDERS:
+        spec = {k: v for k, v in HF_CONTENDERS[name].items() if k != "about"}
+        details = {"weights": "fp32 under bf16 autocast" if spec["amp"] else "bf16",
+                   "experts": spec["experts_impl"], "optimizer": "torch.optim.AdamW",
+                   "fused": spec["fused_adam"], "init": "HF's (seed 0)"}
+        return (lambda: build_hf(shape, spec["experts_impl"], ctx.device, fused_adam=spec["fused_adam"],
+                                 amp=spec["amp"], label=name)), details
+    init = ctx.init(shape)
+    details = {"weights": "bf16", "optimizer": "torch.optim.AdamW", "fused": True,
+               "expert_backend": ctx.loop_backend,
+               "init": "HF baseline's initial weights" if init is not None else "biomoe's own (seed 0)"}
+    if name.startswith(ABLATION_PREFIX):
+        component = name[len(ABLATION_PREFIX):-len(" only]")] + "_backend"
+        layers = {c: ("te" if c == component else "torch") for c in LAYER_COMPONENTS}
+        details["layer_backends"] = layers
+        return (lambda: build_biomoe(shape, ctx.loop_backend, row.precision, ctx.device, init=init,
+                                     layer_backends=layers, label=name)), details
+    compile_blocks = name == "biomoe-loop-compile"
+    return (lambda: build_biomoe(shape, ctx.loop_backend, row.precision, ctx.device, init=init,
+                                 compile_blocks=compile_blocks, label=name)), details
+
+
+def time_loop(row: Row, ctx: BenchContext, ids: torch.Tensor, labels: torch.Tensor):
+    """Build and time a bare-loop contender. ``hf-amp-fused`` falls back to eager experts (noted in
+    its details) if transformers' grouped_mm cannot run fp32 expert weights on this install, which
+    is what an HF Trainer user would have to do too."""
+    build, details = loop_builder(row, ctx)
+    try:
+        contender = build()
+        return time_training(contender, ids, labels, ctx.warmup, ctx.steps), details
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as err:
+        if row.contender != "hf-amp-fused":
+            raise
+        contender = None
+        details["grouped_mm_error"] = f"{type(err).__name__}: {' '.join(str(err).split())}"[:300]
+    free_memory(ctx.device)
+    torch.manual_seed(0)
+    details["experts"] = "eager (grouped_mm failed, see grouped_mm_error)"
+    contender = build_hf(row.shape, "eager", ctx.device, fused_adam=True, amp=True, label=row.contender)
+    return time_training(contender, ids, labels, ctx.warmup, ctx.steps), details
+
+
+def measure(row: Row, ctx: BenchContext) -> BenchRecord:
+    """Run one row; a failure becomes a record with its message, never an exception."""
+    record = BenchRecord.for_row(row, warmup_steps=ctx.warmup)
+    started = time.perf_counter()
+    free_memory(ctx.device)
+    torch.manual_seed(0)  # every contender starts from the same RNG state
+    try:
+        ids, labels = ctx.batch(row.shape)
+        if row.contender in CLI_VARIANTS:
+            run = run_cli(ctx.config_path, row.shape, row.precision, ids, labels, ctx.warmup, ctx.steps,
+                          CLI_VARIANTS[row.contender])
+            step_ms, busy_ms, losses, record.details = run.step_ms, run.busy_ms, run.losses, run.details
+        else:
+            timing, record.details = time_loop(row, ctx, ids, labels)
+            step_ms, busy_ms, losses = timing.step_ms, timing.step_ms, timing.losses
+        speed = throughput(row.shape, step_ms)
+        busy = throughput(row.shape, busy_ms)
+        record.tokens_per_s, record.step_ms, record.busy_ms = speed.tokens_per_s, speed.step_ms, busy.step_ms
+        record.tflops, record.mfu = speed.tflops, speed.mfu
+        record.mean_step_ms = sum(step_ms) / len(step_ms)
+        record.steps_timed, record.losses = len(step_ms), losses
+    except torch.OutOfMemoryError as err:
+        record.status, record.error = "oom", " ".join(str(err).split())[:300]
+    except Exception as err:  # report and continue: one broken row must not hide the others
+        traceback.print_exc()
+        record.status, record.error = "error", f"{type(err).__name__}: {' '.join(str(err).split())}"[:500]
+    record.peak_mem_gb = peak_memory_gb(ctx.device)
+    free_memory(ctx.device)
+    record.wall_s = time.perf_counter() - started
+    return record
+
+
+def seq_sweep(ctx: BenchContext, start: int, maximum: int, backend: str) -> list[dict[str, Any]]:
+    """Longest trainable sequence on dna-small at micro-batch 1: HF bf16 fused vs biomoe with
+    activation checkpointing (one step each, doubling until it fails)."""
+    from biomoe.bench.shapes import SHAPES
+
+    builders = {
+        BASELINE: lambda s: build_hf(s, "grouped_mm", ctx.device, fused_adam=True, label=BASELINE),
+        "biomoe-loop+ac": lambda s: build_biomoe(s, backend, "bf16", ctx.device, activation_checkpointing=True,
+                                                 label="biomoe-loop+ac"),
     }
-    results = []
-    for label, builder in contenders.items():
-        seq = args.sweep_start
-        while seq <= args.sweep_max:
-            shape = base.with_seq(seq, 1)
-            ids, labels = random_tokens(shape, device)
-            stats = run_variant(label, builder, shape, device, 1, 1, ids, labels)  # fits? then how fast
-            stats.variant = label
-            results.append(stats)
-            print(f"sweep {label:12s} seq={seq:>8d} {stats.status:6s} "
-                  f"{stats.tokens_per_s:10.0f} tok/s peak {stats.peak_mem_gb:6.1f} GB", flush=True)
-            if stats.status != "ok":
+    out = []
+    for label, build in builders.items():
+        seq = start
+        while seq <= maximum:
+            shape = SHAPES["dna-small"].with_seq(seq, 1)
+            free_memory(ctx.device)
+            entry: dict[str, Any] = {"contender": label, "seq": seq}
+            try:
+                ids, labels = random_tokens(shape, ctx.device)
+                timing = time_training(build(shape), ids, labels, 1, 1)
+                entry.update(status="ok", tokens_per_s=throughput(shape, timing.step_ms).tokens_per_s)
+            except torch.OutOfMemoryError:
+                entry["status"] = "oom"
+            except Exception as err:
+                entry.update(status="error", error=f"{type(err).__name__}: {err}"[:300])
+            entry["peak_mem_gb"] = peak_memory_gb(ctx.device)
+            out.append(entry)
+            print(f"sweep {label:16s} seq={seq:>8d} {entry['status']:6s} "
+                  f"{entry.get('tokens_per_s', 0):10.0f} tok/s peak {entry['peak_mem_gb'] or 0:6.1f} GB", flush=True)
+            if entry["status"] != "ok":
                 break
             seq *= 2
-    return results
+    free_memory(ctx.device)
+    return out
 
 
-def markdown_table(rows: list[StepStats], baseline: StepStats | None) -> str:
-    lines = ["| variant | shape | seq×batch | tokens/s | vs HF default | TFLOP/s | MFU | peak GB | first → final loss | status |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for r in rows:
-        ratio = r.tokens_per_s / baseline.tokens_per_s if baseline and baseline.tokens_per_s else float("nan")
-        first = r.losses[0] if r.losses else float("nan")
-        lines.append(f"| {r.variant} | {r.shape} | {r.seq}×{r.micro_batch} | {r.tokens_per_s:,.0f} | "
-                     f"{ratio:.2f}× | {r.tflops:.0f} | {r.mfu:.1%} | {r.peak_mem_gb:.1f} | "
-                     f"{first:.3f} → {r.final_loss:.3f} | {r.status} |")
-    return "\n".join(lines)
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m biomoe.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default=None,
+                        help=f"comma list of name@tokens_per_step (default {','.join(DEFAULT_CASES)})")
+    parser.add_argument("--precisions", default=None,
+                        help=f"comma list (default all: {','.join(ALL_PRECISIONS)}; those the GPU cannot "
+                             "run are recorded as skipped with the reason)")
+    parser.add_argument("--variant-precisions", default="bf16",
+                        help="precisions of the biomoe-cli-* variants (default bf16)")
+    parser.add_argument("--contenders", default=",".join(DEFAULT_CONTENDERS),
+                        help="comma list; also hf-bf16-foreach, biomoe-loop-compile, biomoe-cli-bf16-mixed")
+    parser.add_argument("--rows", default="",
+                        help="comma list of globs over row ids shape@tokens/contender/precision, e.g. "
+                             "'mixtral-2layer@16384/*' (the baseline row of each kept shape always runs)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK_CASES[0]}, bf16, 2 warm-up + 5 timed steps")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps per row (default 5)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per row (default 10)")
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG),
+                        help="shipped config the biomoe-cli rows are built from")
+    parser.add_argument("--loop-backend", default=None,
+                        help="expert backend of biomoe-loop (default: the config's model.runtime.expert_backend)")
+    parser.add_argument("--compile", action="store_true", help="add biomoe-loop-compile")
+    parser.add_argument("--layer-ablation", action="store_true",
+                        help="add biomoe-loop rows with one TE layer component on at a time")
+    parser.add_argument("--independent-init", action="store_true",
+                        help="biomoe-loop initialises its own weights instead of starting from HF's")
+    parser.add_argument("--sweep", action="store_true", help="also the sequence-length sweep on dna-small")
+    parser.add_argument("--sweep-start", type=int, default=8192)
+    parser.add_argument("--sweep-max", type=int, default=524288)
+    parser.add_argument("--profile", default="",
+                        help="comma list of non-CLI contenders to profile (torch.profiler) on the first shape")
+    parser.add_argument("--list", action="store_true", help="print the row ids and exit")
+    parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # cpu: tests only
+    parser.add_argument("--out", default="results/bench")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.shapes = args.shapes or ",".join(QUICK_CASES)
+        args.precisions = args.precisions or "bf16"
+        args.warmup = 2 if args.warmup is None else args.warmup
+        args.steps = 5 if args.steps is None else args.steps
+    args.shapes = args.shapes or ",".join(DEFAULT_CASES)
+    args.precisions = args.precisions or ",".join(ALL_PRECISIONS)
+    args.warmup = 5 if args.warmup is None else args.warmup
+    args.steps = 10 if args.steps is None else args.steps
+    return args
 
 
-def bar_chart(rows: list[StepStats], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [r for r in rows if r.status == "ok"]
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(ok) + 1.5))
-    colors = ["#888888" if r.variant.startswith("hf") else "#2b7bb9" for r in ok]
-    ax.barh([r.variant for r in ok], [r.tokens_per_s / 1e3 for r in ok], color=colors)
-    for i, r in enumerate(ok):
-        ax.text(r.tokens_per_s / 1e3, i, f" {r.tokens_per_s / 1e3:.0f}k ({r.peak_mem_gb:.0f} GB)", va="center")
-    ax.invert_yaxis()
-    ax.set_xlabel("training tokens / s (median, CUDA events)")
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def _split(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def environment() -> dict:
-    info = {"python": platform.python_version(), "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            "peak_bf16_tflops_reference": PEAK_BF16_TFLOPS, "flop_formula": BenchShape.FLOP_FORMULA}
-    for name in ("transformers", "transformer_engine", "lightning"):
-        try:
-            info[name] = __import__(name).__version__
-        except Exception:
-            info[name] = None
-    return info
+def build_plan(args: argparse.Namespace) -> list[Row]:
+    from biomoe.precisions import parse_precision
+
+    cases = [parse_case(c) for c in _split(args.shapes)]
+    precisions = [parse_precision(p, key="--precisions") for p in _split(args.precisions)]
+    variant_precisions = [parse_precision(p, key="--variant-precisions") for p in _split(args.variant_precisions)]
+    contenders = _split(args.contenders)
+    if args.compile and "biomoe-loop-compile" not in contenders:
+        contenders.append("biomoe-loop-compile")
+    if args.layer_ablation:
+        contenders += [f"{ABLATION_PREFIX}{c.split('_')[0]} only]" for c in LAYER_COMPONENTS]
+    if args.steps < 1 or args.warmup < 0:
+        raise ValueError("--steps must be >= 1 and --warmup >= 0")
+    return select_rows(plan_rows(cases, contenders, precisions, variant_precisions), _split(args.rows))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="biomoe bench", description=__doc__)
-    parser.add_argument("--shapes", default="mixtral-2layer,dna-small")
-    parser.add_argument("--backends", default="loop,grouped,te,te_fused,auto")
-    parser.add_argument("--precisions", default=",".join(PRECISIONS))
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--skip-hf-eager", action="store_true")
-    parser.add_argument("--compile", action="store_true", help="add a torch.compile'd biomoe variant")
-    parser.add_argument("--layer-ablation", action="store_true",
-                        help="add biomoe grouped-bf16 variants with each TE layer component alone")
-    parser.add_argument("--independent-init", action="store_true",
-                        help="let biomoe initialise its own weights instead of starting from HF's")
-    parser.add_argument("--sweep", action="store_true", help="sequence-length sweep on dna-small")
-    parser.add_argument("--sweep-start", type=int, default=8192)
-    parser.add_argument("--sweep-max", type=int, default=524288)
-    parser.add_argument("--sweep-backend", default="grouped")
-    parser.add_argument("--profile", default="", help="comma list of variant labels to profile "
-                        "on the first shape, e.g. hf-default,biomoe-grouped-bf16")
-    parser.add_argument("--out", default="results/bench")
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
+    args = parse_args(argv)
+    try:
+        rows = build_plan(args)
+    except Exception as err:  # bad --shapes / --precisions / --contenders: one line
+        print(f"biomoe bench: error: {err}", file=sys.stderr)
+        return 2
+    if args.list:
+        print("\n".join(row.id for row in rows))
+        return 0
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
         print("biomoe bench: error: needs a CUDA GPU (it times GPU training steps)", file=sys.stderr)
         return 2
-    device = torch.device("cuda")
-    torch.backends.cuda.matmul.allow_tf32 = True
+    config_path = Path(args.config).resolve()
+    if not config_path.is_file():
+        print(f"biomoe bench: error: {args.config}: no such config", file=sys.stderr)
+        return 2
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print(BenchShape.FLOP_FORMULA)
-    results: list[StepStats] = []
+    loop_backend = args.loop_backend or config_expert_backend(read_config(config_path))
+    ctx = BenchContext(device, config_path, args.warmup, args.steps, loop_backend, args.independent_init)
+    unsupported = precision_support(device, sorted({row.precision for row in rows}))
+    command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "biomoe.bench",
+                                                *(sys.argv[1:] if argv is None else argv)])
+    settings = {"warmup_steps": args.warmup, "timed_steps": args.steps, "config": str(args.config),
+                "loop_expert_backend": loop_backend, "tokens": "random A/C/G/T ids (seed 0), the same "
+                "batch every step for every contender of a shape", "lr": "1e-4 for HF and biomoe-loop; "
+                "the config's schedule for biomoe-cli"}
+    contenders = {name: contender_about(name) for name in dict.fromkeys(r.contender for r in rows)}
+    env = environment(device)
     started = time.time()
-    for shape_name in args.shapes.split(","):
-        shape = SHAPES[shape_name]
-        ids, labels = random_tokens(shape, device)
-        init = None if args.independent_init else reference_init(shape, device)
-        for label, builder in variants(args, init):
-            stats = run_variant(label, builder, shape, device, args.warmup, args.steps, ids, labels)
-            stats.variant = label
-            results.append(stats)
-            (out / "partial.json").write_text(json.dumps([r.as_dict() for r in results], indent=1))
-            print(f"{shape.name:15s} {label:28s} {stats.status:6s} {stats.tokens_per_s:10.0f} tok/s "
-                  f"{stats.tflops:6.0f} TFLOP/s peak {stats.peak_mem_gb:6.1f} GB loss "
-                  + " ".join(f"{v:.3f}" for v in stats.losses), flush=True)
-        del init
-    if args.profile:
-        from biomoe.bench.profile import profile_steps
+    records: list[BenchRecord] = []
 
-        shape = SHAPES[args.shapes.split(",")[0]]
-        ids, labels = random_tokens(shape, device)
-        wanted = set(args.profile.split(","))
-        for label, builder in variants(args):
-            if label in wanted:
-                free_memory()
-                text = profile_steps(builder(shape, device), ids, labels)
-                print(text, flush=True)
-                with open(out / "profile.txt", "a") as handle:
-                    handle.write(text + "\n")
-                free_memory()
-    sweep = seq_sweep(args, device) if args.sweep else []
-    report = {"environment": environment(), "command": " ".join(sys.argv), "results": [r.as_dict() for r in results],
-              "seq_sweep": [r.as_dict() for r in sweep], "wall_s": time.time() - started}
-    (out / "bench.json").write_text(json.dumps(report, indent=2))
-    sections = []
-    for shape_name in args.shapes.split(","):
-        rows = [r for r in results if r.shape == shape_name]
-        baseline = next((r for r in rows if r.variant == "hf-default" and r.status == "ok"), None)
-        sections.append(f"### {shape_name}\n\n" + markdown_table(rows, baseline))
-        if rows:
-            bar_chart(rows, out / f"bench-{shape_name}.png", f"{shape_name} on {report['environment']['gpu']}")
-    if sweep:
-        sections.append("### sequence-length sweep (dna-small, micro-batch 1)\n\n" + markdown_table(sweep, None))
-    start = ("every biomoe variant starts from the HF baseline's initial weights (converted)"
-             if not args.independent_init else "each model initialises its own weights")
-    text = (f"GPU: {report['environment']['gpu']}; torch {torch.__version__}; "
-            f"MFU against {PEAK_BF16_TFLOPS:.0f} TFLOP/s.\n{BenchShape.FLOP_FORMULA}\n"
-            f"Loss: the same random batch every step, lr 1e-4; {start}; biomoe's loss adds "
-            "0.01·aux + 0.001·z-loss, HF's is cross-entropy only.\n\n" + "\n\n".join(sections))
-    (out / "bench.md").write_text(text + "\n")
-    print("\n" + text)
+    def save(final: bool = False, extra: dict[str, Any] | None = None) -> None:
+        fill_ratios(records)
+        report = report_dict(records, command, env, {**settings, "wall_s": round(time.time() - started, 1)},
+                             contenders, unsupported, extra)
+        write_report(out, report, with_chart=final)
+
+    print(f"biomoe bench: {len(rows)} rows -> {out}/bench.json", flush=True)
+    for index, row in enumerate(rows, 1):
+        if row.precision in unsupported:
+            record = BenchRecord.for_row(row, status="skipped", error=unsupported[row.precision])
+        else:
+            record = measure(row, ctx)
+        records.append(record)
+        save()
+        ratio = "" if record.ratio_vs_hf_bf16_fused is None else f"{record.ratio_vs_hf_bf16_fused:5.2f}x"
+        print(f"[{index}/{len(rows)}] {row.id:55s} {record.status:7s} "
+              f"{(record.tokens_per_s or 0):10.0f} tok/s {ratio:6s} peak {(record.peak_mem_gb or 0):6.1f} GB "
+              f"({record.wall_s or 0:.0f} s){'  ' + record.error[:160] if record.error and record.status != 'skipped' else ''}",
+              flush=True)
+    ctx.inits.clear()
+    extra: dict[str, Any] = {}
+    if args.profile:
+        extra["profiles"] = profile_contenders(args, ctx, rows)
+    if args.sweep:
+        extra["seq_sweep"] = seq_sweep(ctx, args.sweep_start, args.sweep_max, loop_backend)
+    save(final=True, extra=extra)
+    print((out / "bench.md").read_text())
     return 0
+
+
+def profile_contenders(args: argparse.Namespace, ctx: BenchContext, rows: list[Row]) -> dict[str, str]:
+    """torch.profiler tables (``profile.txt``) of the named loop contenders on the first shape."""
+    from biomoe.bench.profile import profile_steps
+    from biomoe.bench.report import write_atomic
+
+    wanted = _split(args.profile)
+    shape = rows[0].shape if rows else parse_case(_split(args.shapes)[0])
+    ids, labels = ctx.batch(shape)
+    tables = {}
+    for name in wanted:
+        if name in CLI_VARIANTS:
+            tables[name] = "not profiled: biomoe-cli rows run inside Lightning (use its profiler)"
+            continue
+        free_memory(ctx.device)
+        try:
+            build, _ = loop_builder(Row(shape, name, "bf16"), ctx)
+            tables[name] = profile_steps(build(), ids, labels)
+        except Exception as err:
+            tables[name] = f"error: {type(err).__name__}: {err}"
+        print(tables[name], flush=True)
+        free_memory(ctx.device)
+    write_atomic(Path(args.out) / "profile.txt", "\n\n".join(tables.values()) + "\n")
+    return tables
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ each point is a real short ``fit`` of a config with only the layout, depth, prec
 count changed. Weak scaling: every GPU reads its own micro-batch of ``seq_length`` tokens, so the
 ideal tokens/s per GPU is the one-GPU figure and scaling efficiency is their ratio.
 
-Throughput is the module's ``train/tokens_per_s`` (global tokens between consecutive training
-steps on the host clock; logging every step syncs the host with the device once per step), the
+Throughput is the module's ``train/tokens_per_s`` (global tokens between consecutive logging
+steps on the host clock, each end taken after a device sync; the runner logs every step), the
 median over the steps after ``--warmup``. Peak memory is rank 0's ``allocated_bytes.all.peak``
 from Lightning's ``DeviceStatsMonitor``. Model FLOPs use ``BenchShape.flops_per_step``.
 
@@ -426,7 +426,7 @@ def report(args: argparse.Namespace) -> int:
     add_efficiency(results)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from biomoe.bench.run import environment
+    from biomoe.bench.report import environment
 
     env = {"command": " ".join(sys.argv), "environment": {
         **environment(), "timing": "median train/tokens_per_s (host clock between steps, logged "

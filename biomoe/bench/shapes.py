@@ -30,6 +30,11 @@ class BenchShape:
     def tokens_per_step(self) -> int:
         return self.seq * self.micro_batch
 
+    @property
+    def case(self) -> str:
+        """``name@tokens_per_step``: how rows, ``--shapes`` and ``--rows`` name this shape."""
+        return f"{self.name}@{self.tokens_per_step}"
+
     def active_params(self) -> int:
         """Parameters used per token (embedding lookup excluded; router and LM head included)."""
         if self.active_params_override is not None:
@@ -56,3 +61,24 @@ SHAPES = {
     "tiny": BenchShape("tiny", hidden=64, ffn=128, layers=2, heads=4, kv_heads=2, experts=4,
                        top_k=2, seq=128, micro_batch=2),
 }
+
+
+DEFAULT_CASES = ("mixtral-2layer@4096", "mixtral-2layer@16384", "dna-small@16384")
+"""The product sweep: mixtral-2layer at micro-batch 1 and 4 (seq 4096), and dna-small as configs/dna-small.yaml
+trains it (seq 8192 x micro-batch 2)."""
+QUICK_CASES = ("mixtral-2layer@4096",)
+
+
+def parse_case(text: str) -> BenchShape:
+    """``name`` (the shape's own tokens per step) or ``name@tokens``: the sequence length stays the
+    shape's, the micro-batch becomes ``tokens / seq``. Raises ValueError with a one-line reason."""
+    name, _, tokens = text.strip().partition("@")
+    if name not in SHAPES:
+        raise ValueError(f"unknown shape {name!r}; choose one of {', '.join(SHAPES)}")
+    shape = SHAPES[name]
+    if not tokens:
+        return shape
+    if not tokens.isdigit() or int(tokens) <= 0 or int(tokens) % shape.seq:
+        raise ValueError(f"{text!r}: tokens per step must be a positive multiple of the sequence length "
+                         f"{shape.seq} of {name}")
+    return shape.with_seq(shape.seq, int(tokens) // shape.seq)

@@ -1,10 +1,19 @@
-"""Train-step timing with CUDA events after warm-up, medians over steps, peak memory."""
+"""Step timing shared by every contender: marks at each step's start, medians over steady state.
+
+A step's time is the interval from its start mark to the next step's start mark (the last
+measured step is closed by one extra step). Start-to-start intervals include everything between
+two steps — the data loader, Lightning's hooks and callbacks, logging — which is what a user's
+throughput is made of; the bare loops have nothing in between, so for them it equals the time
+from the step's start to its end. On a GPU the marks are CUDA events recorded on the current
+stream (no host synchronisation while timing); on a CPU (tests) they are host clock readings.
+"""
 
 from __future__ import annotations
 
 import gc
 import statistics
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -12,34 +21,101 @@ import torch
 from biomoe.bench.models import Contender
 from biomoe.bench.shapes import BenchShape
 
-PEAK_BF16_TFLOPS = 790.0  # dense bf16 matmul rate measured on the H200 used for these runs
+PEAK_BF16_TFLOPS = 790.0
+"""Dense bf16 matmul rate measured on the H200 these runs use; MFU of every precision is against it."""
+
+
+class StepClock:
+    """Start and end marks per step; :meth:`step_ms` turns them into per-step times."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.starts: list = []
+        self.ends: list = []
+
+    def _mark(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def start(self) -> None:
+        self.starts.append(self._mark())
+
+    def end(self) -> None:
+        self.ends.append(self._mark())
+
+    def _elapsed_ms(self, a, b) -> float:
+        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
+
+    def step_ms(self, warmup: int, steps: int) -> list[float]:
+        """Start-to-start times of steps ``warmup .. warmup + steps - 1`` (synchronises once)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        out = []
+        for i in range(warmup, min(warmup + steps, len(self.starts))):
+            if i + 1 < len(self.starts):
+                out.append(self._elapsed_ms(self.starts[i], self.starts[i + 1]))
+            elif i < len(self.ends):
+                out.append(self._elapsed_ms(self.starts[i], self.ends[i]))
+        return out
+
+    def busy_ms(self, warmup: int, steps: int) -> list[float]:
+        """Start-to-end times of the same steps: the step alone, without what runs between steps."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        last = min(warmup + steps, len(self.starts), len(self.ends))
+        return [self._elapsed_ms(self.starts[i], self.ends[i]) for i in range(warmup, last)]
 
 
 @dataclass
-class StepStats:
-    variant: str
-    shape: str
-    seq: int
-    micro_batch: int
-    steps: int
-    median_ms: float
+class Throughput:
+    """Median step time and what follows from it for one shape."""
+
+    step_ms: float
     tokens_per_s: float
     tflops: float
     mfu: float
-    peak_mem_gb: float
-    final_loss: float
-    status: str = "ok"
-    losses: list[float] = field(default_factory=list)
-    """Training loss at every step, warm-up included (same batch each step, so it should fall)."""
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
-def free_memory() -> None:
+def throughput(shape: BenchShape, step_ms: list[float]) -> Throughput:
+    """Median of ``step_ms``; model TFLOP/s from :meth:`BenchShape.flops_per_step`."""
+    if not step_ms:
+        raise ValueError("no timed steps")
+    median_ms = statistics.median(step_ms)
+    seconds = median_ms / 1e3
+    tflops = shape.flops_per_step() / seconds / 1e12
+    return Throughput(median_ms, shape.tokens_per_step / seconds, tflops, tflops / PEAK_BF16_TFLOPS)
+
+
+def free_memory(device: torch.device) -> None:
+    """Drop what the previous row left (collect cycles, return cached blocks) and reset the peak."""
     gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    reset_te_state()
+
+
+def reset_te_state() -> None:
+    """Forget Transformer Engine's global FP8 bookkeeping (amax buffers of the previous model)."""
+    import sys
+
+    module = sys.modules.get("transformer_engine.pytorch.quantization") or sys.modules.get(
+        "transformer_engine.pytorch.fp8")
+    manager = getattr(module, "FP8GlobalStateManager", None)
+    reset = getattr(manager, "reset", None)
+    if callable(reset):
+        try:
+            reset()
+        except Exception:  # bookkeeping only: a TE without it keeps its state, nothing breaks
+            pass
+
+
+def peak_memory_gb(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
 
 
 def make_train_step(contender: Contender, ids: torch.Tensor, labels: torch.Tensor,
@@ -60,27 +136,22 @@ def make_train_step(contender: Contender, ids: torch.Tensor, labels: torch.Tenso
     return step
 
 
-def time_training(contender: Contender, shape: BenchShape, ids: torch.Tensor, labels: torch.Tensor,
-                  warmup: int, steps: int, lr: float = 1e-4) -> StepStats:
-    """Full training steps, each bracketed by CUDA events."""
+@dataclass
+class LoopTiming:
+    step_ms: list[float]
+    losses: list[float]
+
+
+def time_training(contender: Contender, ids: torch.Tensor, labels: torch.Tensor, warmup: int,
+                  steps: int, lr: float = 1e-4) -> LoopTiming:
+    """``warmup + steps + 1`` full training steps with a mark at each start (the last one only
+    closes the last timed step). Losses stay on the device until the end: no sync in the loop."""
     train_step = make_train_step(contender, ids, labels, lr)
-    times: list = []
-    losses: list[torch.Tensor] = []  # kept on the GPU until the end: no host sync inside the loop
-    for step in range(warmup + steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        loss = train_step()
-        end.record()
-        losses.append(loss.detach())
-        if step >= warmup:
-            times.append((start, end))
-    torch.cuda.synchronize()
-    loss_values = [float(v) for v in losses]
-    elapsed = [s.elapsed_time(e) for s, e in times]
-    median_ms = statistics.median(elapsed)
-    tokens_per_s = shape.tokens_per_step / (median_ms / 1e3)
-    tflops = shape.flops_per_step() / (median_ms / 1e3) / 1e12
-    del train_step
-    return StepStats(contender.name, shape.name, shape.seq, shape.micro_batch, steps, median_ms,
-                     tokens_per_s, tflops, tflops / PEAK_BF16_TFLOPS,
-                     torch.cuda.max_memory_allocated() / 2**30, loss_values[-1], losses=loss_values)
+    clock = StepClock(ids.device)
+    losses: list[torch.Tensor] = []
+    for _ in range(warmup + steps + 1):
+        clock.start()
+        losses.append(train_step().detach())
+        clock.end()
+    step_ms = clock.step_ms(warmup, steps)
+    return LoopTiming(step_ms, [float(v) for v in losses])

@@ -221,13 +221,16 @@ def install_markov_baseline(trainer) -> None:
         trainer.callbacks.append(MarkovBaseline())
 
 
-def run_lightning_cli(args: list[str] | None = None) -> BioMoECLI:
+def run_lightning_cli(args: list[str] | None = None, cli_class: type[BioMoECLI] | None = None) -> BioMoECLI:
+    """The CLI ``cli.py`` runs; ``cli_class`` (a subclass) lets the benchmark replace the ``fit``
+    subcommand's last call (LightningCLI runs a method named like the subcommand instead of the
+    Trainer's) while everything before it is built exactly as for users."""
     from jsonargparse import set_parsing_settings
 
     # Option help comes from the docstrings under each config dataclass field (``fit --help``,
     # ``--model.config.help ModelConfig``); jsonargparse reads those only when asked to.
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    return BioMoECLI(
+    return (cli_class or BioMoECLI)(
         BioMoEModule,
         GenomeDataModule,
         # The optimizer and schedule are model.optim (AdamW with weight-decay groups, warm-up and

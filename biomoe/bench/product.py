@@ -1,0 +1,247 @@
+"""The product path in the benchmark: ``cli.py fit`` on a shipped config, timed step by step.
+
+The Trainer, model, callbacks, logger, precision plugin, gradient clipping, optimizer and LR
+schedule are built by biomoe's own LightningCLI for the ``fit`` subcommand from the shipped config, with
+only the benchmark's shape, precision and step count given as overrides on the command line,
+exactly as a user would give them. ``trainer.fit`` then runs on an in-memory loader that yields
+the benchmark's token batch every step (the same tokens the other contenders see), through a
+``DataLoader`` with the same pinned host memory as the genome loader, so Lightning's host-to-device
+copy is the real one.
+
+Two things differ from a user's run, both outside the timed steps: checkpoint files are not
+written (a 2-layer Mixtral checkpoint with fp32 master weights is ~40 GB; ModelCheckpoint still
+runs its hooks and builds the checkpoint, :class:`DiscardCheckpointIO` drops the bytes), and
+no validation runs (the shipped ``val_check_interval`` is longer than a benchmark fit).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import yaml
+from lightning.pytorch.plugins.io import CheckpointIO
+from torch.utils.data import DataLoader, Dataset
+
+from biomoe.bench.shapes import BenchShape
+from biomoe.bench.timing import StepClock
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = ROOT / "configs" / "dna-small.yaml"
+BUNDLED_FASTA = ROOT / "data" / "lambda_virus.fa.gz"
+"""Given as ``data.fasta`` so the datamodule the CLI builds points at a file that exists everywhere;
+its windows are never read (fit gets the in-memory loader)."""
+
+
+@dataclass(frozen=True)
+class CliVariant:
+    """A ``biomoe-cli`` contender: the shipped config, plus these overrides."""
+
+    about: str
+    extra_args: tuple[str, ...] = ()
+    drop_config_callbacks: bool = False
+
+
+CLI_VARIANTS: dict[str, CliVariant] = {
+    "biomoe-cli": CliVariant("the shipped config as `cli.py fit` runs it"),
+    "biomoe-cli-nocallbacks": CliVariant(
+        "the shipped config without its trainer.callbacks (NonFiniteGuard, RouterCollapseMonitor, "
+        "ModelCheckpoint, LearningRateMonitor): what the shipped callback set costs",
+        drop_config_callbacks=True),
+    "biomoe-cli-nomaster": CliVariant(
+        "the shipped config with model.optim.master_weights=false: bf16 weights updated in place, "
+        "no fp32 master copy (what the master weights cost)",
+        extra_args=("--model.optim.master_weights=false",)),
+    "biomoe-cli-bf16-mixed": CliVariant(
+        "the shipped config with trainer.precision=bf16-mixed: fp32 weights cast by autocast at every op",
+        extra_args=("--trainer.precision=bf16-mixed",)),
+}
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    with open(path) as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def config_expert_backend(config: dict[str, Any]) -> str:
+    """The expert kernels the config asks for (``model.runtime.expert_backend``, default ``auto``)."""
+    model = config.get("model") or {}
+    runtime = model.get("runtime") or {}
+    return str(runtime.get("expert_backend", (model.get("config") or {}).get("expert_backend", "auto")))
+
+
+def cli_args(config_path: Path, shape: BenchShape, precision: str, max_steps: int, root: Path,
+             accelerator: str, variant: CliVariant, extra: tuple[str, ...] = ()) -> list[str]:
+    """The command line (after ``cli.py fit``) that trains ``shape`` with the shipped config."""
+    config = read_config(config_path)
+    args = [f"--config={config_path}",
+            f"--trainer.max_steps={max_steps}",
+            f"--trainer.accelerator={accelerator}",
+            "--trainer.devices=1",
+            "--trainer.num_sanity_val_steps=0",
+            f"--trainer.default_root_dir={root}",
+            f"--model.config.vocab_size={shape.vocab}",
+            f"--model.config.hidden_size={shape.hidden}",
+            f"--model.config.num_layers={shape.layers}",
+            f"--model.config.num_heads={shape.heads}",
+            f"--model.config.num_kv_heads={shape.kv_heads}",
+            f"--model.config.num_experts={shape.experts}",
+            f"--model.config.top_k={shape.top_k}",
+            f"--model.config.ffn_hidden_size={shape.ffn}",
+            f"--model.runtime.precision={precision}",
+            f"--data.fasta={BUNDLED_FASTA}",
+            f"--data.seq_length={shape.seq}",
+            f"--data.batch_size={shape.micro_batch}",
+            "--data.num_workers=0"]
+    logger = (config.get("trainer") or {}).get("logger")
+    if isinstance(logger, dict) and "save_dir" in (logger.get("init_args") or {}):
+        args.append(f"--trainer.logger.init_args.save_dir={root}")
+    return args + list(variant.extra_args) + list(extra)
+
+
+class RepeatedBatch(Dataset):
+    """The same batch ``length`` times (``batch_size=None`` loaders pass items through whole)."""
+
+    def __init__(self, batch: dict[str, torch.Tensor], length: int) -> None:
+        self.batch = batch
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return self.batch
+
+
+def token_loader(ids: torch.Tensor, labels: torch.Tensor, steps: int) -> DataLoader:
+    """Batches as :class:`~biomoe.data.datamodule.GenomeDataModule` yields them (input_ids, labels,
+    loss_mask on the host, pinned when CUDA is present), holding the benchmark's tokens."""
+    batch = {"input_ids": ids.cpu(), "labels": labels.cpu(),
+             "loss_mask": torch.ones_like(labels, dtype=torch.bool, device="cpu")}
+    return DataLoader(RepeatedBatch(batch, steps), batch_size=None, num_workers=0,
+                      pin_memory=torch.cuda.is_available())
+
+
+class StepTimer(L.Callback):
+    """Marks each training batch's start (first of all callbacks) and end; keeps the losses.
+
+    Put it first in ``trainer.callbacks`` and :attr:`end_mark` last, so a step's marks enclose
+    every other hook of that step."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.clock = StepClock(device)
+        self.losses: list[torch.Tensor] = []
+        self.end_mark = _EndMark(self)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        self.clock.start()
+
+
+class _EndMark(L.Callback):
+    def __init__(self, timer: StepTimer) -> None:
+        self.timer = timer
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        self.timer.clock.end()
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            self.timer.losses.append(loss.detach())
+
+
+class DiscardCheckpointIO(CheckpointIO):
+    """Builds nothing on disk: the benchmark's checkpoints would be tens of GB and are not read."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        return None
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: Any = None) -> dict[str, Any]:
+        raise RuntimeError("the benchmark does not load checkpoints")
+
+    def remove_checkpoint(self, path: Any) -> None:
+        return None
+
+
+def config_callback_classes(config: dict[str, Any]) -> tuple[type, ...]:
+    """The classes named in the config's ``trainer.callbacks`` (the shipped callback set)."""
+    import importlib
+
+    classes = []
+    for entry in (config.get("trainer") or {}).get("callbacks") or []:
+        path = entry.get("class_path") if isinstance(entry, dict) else None
+        if path:
+            module, _, name = path.rpartition(".")
+            classes.append(getattr(importlib.import_module(module), name))
+    return tuple(classes)
+
+
+@dataclass
+class CliRun:
+    step_ms: list[float]
+    busy_ms: list[float]
+    losses: list[float]
+    details: dict[str, Any]
+
+
+def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Tensor, labels: torch.Tensor,
+            warmup: int, steps: int, variant: CliVariant, extra: tuple[str, ...] = ()) -> CliRun:
+    """``cli.py fit`` with the shipped config: biomoe's LightningCLI parses, checks and builds
+    everything for the ``fit`` subcommand (its ``before_fit`` checks and ``after_fit`` report run
+    too); only the final ``trainer.fit`` call is the benchmark's, which adds the step timer and
+    feeds the in-memory batches. ``warmup + steps + 1`` steps in a scratch folder, removed afterwards."""
+    import warnings
+
+    from biomoe.training.cli import BioMoECLI, run_lightning_cli
+
+    device = ids.device
+    accelerator = "gpu" if device.type == "cuda" else "cpu"
+    total = warmup + steps + 1
+    root = Path(tempfile.mkdtemp(prefix="biomoe-bench-"))
+    args = cli_args(config_path, shape, precision, total, root, accelerator, variant, extra)
+    details: dict[str, Any] = {"command": "cli.py fit " + " ".join(args)}
+    timer = StepTimer(device)
+    dropped = config_callback_classes(read_config(config_path)) if variant.drop_config_callbacks else ()
+
+    def timed_fit(cli: BioMoECLI, model: L.LightningModule, datamodule: Any = None, **kwargs: Any) -> None:
+        trainer = cli.trainer
+        trainer.callbacks[:] = [cb for cb in trainer.callbacks if type(cb) not in dropped]
+        trainer.callbacks.insert(0, timer)
+        trainer.callbacks.append(timer.end_mark)
+        trainer.strategy.checkpoint_io = DiscardCheckpointIO()
+        details.update(trainer_precision=str(trainer.precision), gradient_clip_val=trainer.gradient_clip_val,
+                       log_every_n_steps=trainer.log_every_n_steps,
+                       callbacks=[type(cb).__name__ for cb in trainer.callbacks
+                                  if cb is not timer and cb is not timer.end_mark],
+                       float32_matmul_precision=torch.get_float32_matmul_precision(),
+                       init="cli.py fit's own (seed_everything from the config)",
+                       checkpoint_writes="discarded (after the timed steps)")
+        trainer.fit(model, train_dataloaders=token_loader(ids, labels, total))
+        optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        if optimizer is not None:
+            details["optimizer"] = type(optimizer).__name__
+            details["fused"] = bool(getattr(optimizer, "fused", None) or optimizer.param_groups[0].get("fused"))
+        param = next(iter(model.parameters()), None)
+        if param is not None:
+            details["weights_dtype"] = str(param.dtype).replace("torch.", "")
+        selection = getattr(getattr(model, "built", None), "selection", None)
+        if selection is not None and hasattr(selection, "summary"):
+            details["kernels"] = selection.summary()
+
+    bench_cli = type("BenchFitCLI", (BioMoECLI,), {"fit": timed_fit})
+    matmul_precision = torch.get_float32_matmul_precision()  # the CLI may set TF32: not for later rows
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+            cli = run_lightning_cli(["fit", *args], cli_class=bench_cli)
+        del cli
+        return CliRun(timer.clock.step_ms(warmup, steps), timer.clock.busy_ms(warmup, steps),
+                      [float(v) for v in timer.losses], details)
+    finally:
+        torch.set_float32_matmul_precision(matmul_precision)
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,104 @@
+"""One benchmark row: what ran (shape, tokens per step, contender, precision) and what it measured.
+
+Kept free of CUDA so the table logic (ratios, filters, the JSON layout) is testable on a CPU.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from biomoe.bench.shapes import BenchShape
+
+BASELINE = "hf-bf16-fused"
+"""Every ratio is against this contender on the same shape and tokens per step: HF Mixtral in pure
+bf16 with grouped_mm experts and torch's fused AdamW, the strongest Hugging Face set-up measured."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row to run: one contender at one precision on one shape."""
+
+    shape: BenchShape
+    contender: str
+    precision: str
+
+    @property
+    def id(self) -> str:
+        """``case/contender/precision``, what ``--rows`` patterns match, e.g.
+        ``mixtral-2layer@16384/biomoe-cli/fp8-block``."""
+        return f"{self.shape.case}/{self.contender}/{self.precision}"
+
+
+@dataclass
+class BenchRecord:
+    """One row of ``bench.json``. ``status`` is ``ok``, ``skipped`` (with ``error`` saying why),
+    ``oom`` or ``error`` (with the exception's message): a failing row never ends the sweep."""
+
+    shape: str
+    tokens_per_step: int
+    seq: int
+    micro_batch: int
+    contender: str
+    precision: str
+    status: str = "ok"
+    error: str | None = None
+    tokens_per_s: float | None = None
+    step_ms: float | None = None
+    """Median start-to-start time of the timed steps (what ``tokens_per_s`` is computed from)."""
+    mean_step_ms: float | None = None
+    """Mean of the same steps: unlike the median it carries the occasional logging/checking step."""
+    busy_ms: float | None = None
+    """Median start-to-end time of the same steps: without what runs between two steps."""
+    tflops: float | None = None
+    """Model TFLOP/s: the ``flop_formula`` of the report over the median step time."""
+    mfu: float | None = None
+    peak_mem_gb: float | None = None
+    ratio_vs_hf_bf16_fused: float | None = None
+    steps_timed: int = 0
+    warmup_steps: int = 0
+    losses: list[float] = field(default_factory=list)
+    """Training loss at every step, warm-up included (the same batch each step, so it falls)."""
+    wall_s: float | None = None
+    """The whole row: building the model or Trainer, warm-up, timed steps, tear-down."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """How the contender ran: optimizer, weights, expert kernels, config, callbacks, ..."""
+
+    @classmethod
+    def for_row(cls, row: Row, **kwargs: Any) -> "BenchRecord":
+        s = row.shape
+        return cls(shape=s.name, tokens_per_step=s.tokens_per_step, seq=s.seq, micro_batch=s.micro_batch,
+                   contender=row.contender, precision=row.precision, **kwargs)
+
+    @property
+    def case(self) -> str:
+        return f"{self.shape}@{self.tokens_per_step}"
+
+    @property
+    def id(self) -> str:
+        return f"{self.case}/{self.contender}/{self.precision}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fill_ratios(records: list[BenchRecord]) -> None:
+    """Set ``ratio_vs_hf_bf16_fused`` of every measured row whose case has a measured baseline."""
+    baselines = {r.case: r.tokens_per_s for r in records
+                 if r.contender == BASELINE and r.status == "ok" and r.tokens_per_s}
+    for record in records:
+        base = baselines.get(record.case)
+        ok = record.status == "ok" and record.tokens_per_s is not None and base
+        record.ratio_vs_hf_bf16_fused = record.tokens_per_s / base if ok else None
+
+
+def select_rows(rows: list[Row], patterns: list[str]) -> list[Row]:
+    """Rows whose id matches any glob in ``patterns`` (all rows without patterns), plus the baseline
+    row of every case that keeps a row, so that each kept row has its ratio."""
+    if not patterns:
+        return list(rows)
+    chosen = {row.id for row in rows if any(fnmatch.fnmatchcase(row.id, p) for p in patterns)}
+    cases = {row.shape.case for row in rows if row.id in chosen}
+    chosen |= {row.id for row in rows if row.contender == BASELINE and row.shape.case in cases}
+    return [row for row in rows if row.id in chosen]
