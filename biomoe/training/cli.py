@@ -65,11 +65,57 @@ class BioMoECLI(LightningCLI):
             stub = type(parser)(description=COMMAND_SUMMARIES[name], add_help=False)
             subcommands.add_subcommand(name, stub, help=COMMAND_SUMMARIES[name])
 
+    def parse_arguments(self, parser, args) -> None:
+        """Keep the command line: settings given there win over a checkpoint's (see
+        :meth:`_apply_checkpoint_data`), settings from a ``--config`` file do not."""
+        self._argv = list(sys.argv[1:] if args is None else args)
+        super().parse_arguments(parser, args)
+
+    def instantiate_classes(self) -> None:
+        """Before anything is built: a missing logger package as one line, Lightning's start-up tips
+        silenced, and TF32 matrix products on GPUs with tensor cores."""
+        from biomoe.training.run_setup import check_logger_packages, quiet_lightning_tips, set_matmul_precision
+
+        trainer = self.config[self.subcommand].get("trainer") or {}
+        check_logger_packages(trainer.get("logger"))
+        quiet_lightning_tips()
+        set_matmul_precision(trainer.get("accelerator"))
+        super().instantiate_classes()
+
     def instantiate_trainer(self, **kwargs):
+        from biomoe.training.history import install_metrics_history
+        from biomoe.training.run_setup import install_per_genome_metrics, install_progress_bar
+
         trainer = super().instantiate_trainer(**kwargs)
         install_atomic_checkpoint_io(trainer)
         install_markov_baseline(trainer)
+        install_per_genome_metrics(trainer)
+        install_metrics_history(trainer)
+        configured = self.config_init[self.subcommand].get("trainer", {}).get("callbacks") or []
+        install_progress_bar(trainer, configured if isinstance(configured, list) else [configured])
         return trainer
+
+    def _apply_checkpoint_data(self) -> None:
+        """validate/test/predict score the data the checkpoint records (its FASTA files and held-out
+        splits) unless the command line sets them; one line says what the checkpoint changed."""
+        from biomoe.training.checkpoint_data import (EVALUATING, checkpoint_data_settings, data_keys_on_command_line,
+                                                     describe, settings_to_apply)
+
+        subcommand = self.config.get("subcommand")
+        if subcommand not in EVALUATING:
+            return
+        section = self.config[subcommand]
+        ckpt = section.get("ckpt_path")
+        if not isinstance(ckpt, (str, os.PathLike)):
+            return
+        current = section.get("data")
+        saved = checkpoint_data_settings(ckpt)
+        if not saved or current is None:
+            return
+        changes = settings_to_apply(saved, current.as_dict(), data_keys_on_command_line(getattr(self, "_argv", [])))
+        if changes:
+            self.config = self.parser.parse_object({subcommand: {"data": changes}}, self.config)
+            print(describe(changes), file=sys.stderr)
 
     def before_validate(self) -> None:
         self._check_vocab()
@@ -108,9 +154,11 @@ class BioMoECLI(LightningCLI):
         """validate/test/predict read the held-out split: refuse to run without one (rather than
         validating nothing and exiting 0, or failing in the predict loader)."""
         data = self.datamodule
-        if isinstance(data, GenomeDataModule) and not data.val_contigs and not data.val_fraction:
-            raise ConfigError(f"data.val_fraction=0 and no data.val_contigs: there is no held-out split "
-                              f"to {self.subcommand} on")
+        if not isinstance(data, GenomeDataModule) or data.has_val_split or (
+                self.subcommand == "test" and data.has_test_split):
+            return
+        raise ConfigError(f"data.val_fraction=0 and no data.val_contigs or data.val_files: there is no held-out "
+                          f"split to {self.subcommand} on")
 
     def _check_ckpt_folder(self) -> None:
         """A folder checkpoint (torch.distributed.checkpoint) loads only under a strategy that reads
@@ -137,6 +185,7 @@ class BioMoECLI(LightningCLI):
         self._parse_ckpt_hparams()
         for key, value in keep.items():
             self.config[self.config["subcommand"]]["model"][key] = value
+        self._apply_checkpoint_data()
 
     def _parse_ckpt_hparams(self) -> None:
         """Lightning's ``_parse_ckpt_path``; a missing, truncated or foreign file is one line naming it,
@@ -173,28 +222,12 @@ class BioMoECLI(LightningCLI):
                               f"tokenizer's padded vocabulary ({data_vocab})")
 
     def after_fit(self) -> None:
-        trainer = self.trainer
-        if not trainer.is_global_zero:
-            return
-        ckpt = trainer.checkpoint_callback
-        paths = []
-        if ckpt is not None:
-            paths = [p for p in (getattr(ckpt, "last_model_path", ""), ckpt.best_model_path) if p]
-        log_dir = trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir
-        metrics = Path(log_dir) / "metrics.csv"
-        print("\n=== biomoe fit finished ===")
-        for path in dict.fromkeys(paths):
-            print(f"checkpoint: {path}")
-        if metrics.exists():
-            print(f"metrics:    {metrics}")
-            from biomoe.training.plots import plot_training_curves
+        """Checkpoints, logs, the training-curve plot and held-out bits/base beside the Markov
+        baseline, whatever the logger (:mod:`biomoe.training.summary`)."""
+        if self.trainer.is_global_zero:
+            from biomoe.training.summary import fit_summary
 
-            png = plot_training_curves(metrics)
-            if png is not None:
-                print(f"plot:       {png}")
-        val = trainer.callback_metrics.get("val/bits_per_base")
-        if val is not None:
-            print(f"validation bits/base: {float(val):.4f}")
+            print(fit_summary(self.trainer))
 
 
 def install_atomic_checkpoint_io(trainer) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -20,8 +21,14 @@ def read_metrics(csv_path: str | Path) -> dict[str, list[tuple[int, float]]]:
     return dict(series)
 
 
-def plot_training_curves(csv_path: str | Path, out_path: str | Path | None = None) -> Path | None:
-    """Plot train/val bits per base and throughput; returns the PNG path (None without matplotlib)."""
+def plot_training_curves(source: str | Path | Mapping[str, list[tuple[int, float]]],
+                         out_path: str | Path | None = None) -> Path | None:
+    """Plot train/val bits per base and throughput; returns the PNG path (None without matplotlib).
+
+    ``source`` is a ``metrics.csv`` (the PNG goes beside it unless ``out_path`` says otherwise) or
+    the series themselves (``{metric: [(step, value), ...]}``, as
+    :class:`~biomoe.training.history.MetricsHistory` keeps them whatever the logger; ``out_path``
+    is then required)."""
     try:
         import matplotlib
 
@@ -29,13 +36,22 @@ def plot_training_curves(csv_path: str | Path, out_path: str | Path | None = Non
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    series = read_metrics(csv_path)
-    out_path = Path(out_path) if out_path else Path(csv_path).with_name("training_curves.png")
+    if isinstance(source, Mapping):
+        if out_path is None:
+            raise ValueError("plot_training_curves needs out_path when given series rather than a metrics.csv")
+        series = {key: list(points) for key, points in source.items()}
+    else:
+        series = read_metrics(source)
+    out_path = Path(out_path) if out_path else Path(source).with_name("training_curves.png")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for key, label in (("train/bits_per_base", "train"), ("val/bits_per_base", "validation")):
         if key in series:
             steps, values = zip(*series[key])
             axes[0].plot(steps, values, label=label, marker="o" if label == "validation" else None)
+    for key in sorted(k for k in series if k.startswith("val/") and k.endswith("/bits_per_base") and k.count("/") == 2):
+        steps, values = zip(*series[key])  # per-genome validation (several FASTA files)
+        axes[0].plot(steps, values, linewidth=0.8, linestyle="--", label=key.split("/")[1])
     axes[0].axhline(2.0, color="grey", linestyle=":", label="uniform (2 bits)")
     if "val/markov_bits_per_base" in series:
         markov = series["val/markov_bits_per_base"][-1][1]

@@ -1,0 +1,70 @@
+"""A checkpoint's data settings for ``validate``, ``test`` and ``predict``.
+
+``fit`` records the datamodule's settings in every checkpoint (``datamodule_hyper_parameters``).
+Scoring a checkpoint with the quick-start config alone must score what the checkpoint was
+trained and held out on, not the config's genomes: ``fit --data.fasta my.fa`` followed by
+``validate --config ... --ckpt_path last.ckpt`` validates on ``my.fa``. What the user gives on
+the command line (``--data.<key>``) still wins, and so do the settings that only say how data is
+read (batch size, workers, cache folder). When the checkpoint changes anything, one line says what.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["READ_ONLY_KEYS", "checkpoint_data_settings", "data_keys_on_command_line", "settings_to_apply"]
+
+READ_ONLY_KEYS = frozenset({"batch_size", "num_workers", "cache_dir"})
+"""Data settings that say how to read, not what: the config's (or command line's) are kept."""
+
+EVALUATING = ("validate", "test", "predict")
+
+
+def checkpoint_data_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The datamodule hyper-parameters saved in a checkpoint file ({} when it has none).
+
+    The file is memory-mapped, so the weights are not read."""
+    import torch
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        return {}
+    ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=zipfile.is_zipfile(path))
+    data = ckpt.get("datamodule_hyper_parameters") if isinstance(ckpt, dict) else None
+    return {k: v for k, v in dict(data).items() if not str(k).startswith("_")} if isinstance(data, Mapping) else {}
+
+
+def data_keys_on_command_line(argv: Sequence[str]) -> set[str] | None:
+    """Top-level ``data`` keys the command line sets (``--data.fasta x``, ``--data.val_contigs+=c``,
+    ``--data.file_weights.a 2``); None when it sets the whole section (``--data file.yaml``)."""
+    keys: set[str] = set()
+    for token in argv:
+        if token == "--data" or token.startswith("--data="):
+            return None
+        if token.startswith("--data."):
+            keys.add(token[len("--data."):].split("=", 1)[0].rstrip("+").split(".", 1)[0])
+    return keys
+
+
+def settings_to_apply(saved: Mapping[str, Any], current: Mapping[str, Any],
+                      given: set[str] | None) -> dict[str, Any]:
+    """The checkpoint's values that differ from ``current`` (the parsed config) and that the user
+    did not set on the command line."""
+    if given is None:
+        return {}
+    return {key: value for key, value in saved.items()
+            if key in current and key not in READ_ONLY_KEYS and key not in given and current[key] != value}
+
+
+def describe(changes: Mapping[str, Any]) -> str:
+    """One line for the user."""
+    def short(value: Any) -> str:
+        text = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+        return text if len(text) <= 160 else text[:157] + "..."
+
+    settings = "; ".join(f"data.{key}={short(value)}" for key, value in changes.items())
+    return (f"biomoe: using the checkpoint's data settings ({settings}) instead of the config's; "
+            "pass --data.<key> to choose another")

@@ -1,0 +1,103 @@
+"""The end-of-``fit`` summary: where the checkpoints went, the training-curve plot, and held-out
+bits/base next to the Markov baseline.
+
+It reads the numbers from :class:`~biomoe.training.history.MetricsHistory` (what every logger was
+sent), not from one logger's files, so it looks the same with CSV, TensorBoard or any other logger.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from biomoe.training.history import MetricsHistory, find_history
+
+__all__ = ["fit_summary"]
+
+MONITOR = "val/bits_per_base"
+
+
+def _checkpoint_lines(trainer: Any) -> list[str]:
+    lines: list[str] = []
+    seen: set[str] = set()
+    for callback in trainer.checkpoint_callbacks:
+        if not isinstance(callback, ModelCheckpoint):
+            continue
+        best = callback.best_model_path
+        if best and best not in seen:
+            seen.add(best)
+            score = callback.best_model_score
+            note = f" (best {callback.monitor} {float(score):.4f})" if callback.monitor and score is not None else ""
+            lines.append(f"checkpoint: {best}{note}")
+        last = getattr(callback, "last_model_path", "")
+        if last and last not in seen:
+            seen.add(last)
+            lines.append(f"checkpoint: {last}")
+    return lines
+
+
+def _markov_order(trainer: Any) -> int | None:
+    from biomoe.training.markov_baseline import MarkovBaseline
+
+    return next((cb.order for cb in trainer.callbacks if isinstance(cb, MarkovBaseline)), None)
+
+
+def _held_out_line(trainer: Any, history: MetricsHistory | None) -> str | None:
+    last = history.series.get(MONITOR) if history is not None else None
+    if not last:
+        value = trainer.callback_metrics.get(MONITOR)
+        return None if value is None else f"validation bits/base: {float(value):.4f}"
+    # Lightning logs a validation run after k optimizer steps at step k - 1 (the last batch's index).
+    best_step, best = min(last, key=lambda point: point[1])
+    last_step, final = last[-1]
+    text = f"validation bits/base: best {best:.4f} (after {best_step + 1:,} steps)"
+    if last_step != best_step:
+        text += f", last {final:.4f} (after {last_step + 1:,} steps)"
+    markov = history.last("val/markov_bits_per_base")
+    if markov is not None:
+        order = _markov_order(trainer)
+        name = f"order-{order} Markov baseline" if order is not None else "Markov baseline"
+        gap = markov - best
+        text += f"; {name} {markov:.4f} (best is {abs(gap):.4f} {'below' if gap >= 0 else 'above'} it)"
+    return text
+
+
+def _per_genome_line(history: MetricsHistory | None) -> str | None:
+    if history is None:
+        return None
+    values = {key.split("/")[1]: points[-1][1] for key, points in history.series.items()
+              if key.startswith("val/") and key.endswith("/bits_per_base") and key.count("/") == 2 and points}
+    if not values:
+        return None
+    return "per genome (last validation): " + " | ".join(f"{label} {value:.4f}" for label, value in values.items())
+
+
+def _plot(trainer: Any, history: MetricsHistory | None, log_dir: Path) -> Path | None:
+    from biomoe.training.plots import plot_training_curves
+
+    if history is not None and history.series:
+        return plot_training_curves(history.series, log_dir / "training_curves.png")
+    metrics = log_dir / "metrics.csv"
+    return plot_training_curves(metrics) if metrics.exists() else None
+
+
+def fit_summary(trainer: Any) -> str:
+    """The lines printed when ``fit`` ends (rank zero)."""
+    history = find_history(trainer)
+    log_dir = Path(trainer.log_dir or trainer.default_root_dir)
+    lines = ["", "=== biomoe fit finished ==="]
+    lines += _checkpoint_lines(trainer)
+    metrics = log_dir / "metrics.csv"
+    if metrics.exists():
+        lines.append(f"metrics:    {metrics}")
+    elif trainer.loggers:
+        lines.append(f"logs:       {log_dir}")
+    png = _plot(trainer, history, log_dir)
+    if png is not None:
+        lines.append(f"plot:       {png}")
+    for line in (_held_out_line(trainer, history), _per_genome_line(history)):
+        if line is not None:
+            lines.append(line)
+    return "\n".join(lines)

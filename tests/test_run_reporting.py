@@ -1,0 +1,170 @@
+"""What a run reports and where its settings come from: checkpoints carry their data, the test split
+and per-genome numbers through the CLI, the summary and plot with any logger, quiet start-up."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+from biomoe.training.cli import main
+from conftest import random_dna
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "configs/tiny.yaml")
+
+
+def csv_values(folder: Path, key: str) -> list[float]:
+    values = []
+    for metrics in sorted(folder.rglob("metrics.csv")):
+        with open(metrics) as handle:
+            values += [float(row[key]) for row in csv.DictReader(handle) if row.get(key)]
+    return values
+
+
+def fit_args(out: Path, *extra: str) -> list[str]:
+    return ["fit", "--config", TINY, "--trainer.max_steps", "6", "--trainer.val_check_interval", "6",
+            "--trainer.default_root_dir", str(out), "--trainer.logger.init_args.save_dir", str(out), *extra]
+
+
+@pytest.fixture(scope="module")
+def three_strains(tmp_path_factory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("strains")
+    paths = []
+    for i, name in enumerate(("a", "b", "c")):
+        path = folder / f"{name}.fa"
+        path.write_text(f">contig_1\n{random_dna(6000, 10 + i)}\n")  # the same contig name in every file
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def fitted_on_strains(three_strains, tmp_path_factory):
+    """fit on a, with b and c held out whole as test strains; the command line only says so."""
+    out = tmp_path_factory.mktemp("fit")
+    code = main(fit_args(out, "--data.fasta", "[" + ", ".join(map(str, three_strains)) + "]",
+                         "--data.test_files", "[b, c]", "--data.val_fraction", "0.2"))
+    assert code == 0
+    return out, next(out.rglob("last.ckpt"))
+
+
+def test_validate_scores_the_checkpoints_data_without_repeating_it(fitted_on_strains, tmp_path, capsys):
+    out, ckpt = fitted_on_strains
+    capsys.readouterr()
+    code = main(["validate", "--config", TINY, "--ckpt_path", str(ckpt), "--trainer.default_root_dir", str(tmp_path),
+                 "--trainer.logger.init_args.save_dir", str(tmp_path)])
+    assert code == 0
+    err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if "checkpoint's data settings" in line)
+    assert "data.fasta=" in line and "a.fa" in line and "data.test_files=b, c" in line and "data.val_fraction=0.2" in line
+    assert csv_values(tmp_path, "val/bits_per_base") == pytest.approx(csv_values(out, "val/bits_per_base")[-1:], rel=1e-5)
+
+
+def test_command_line_data_settings_win_over_the_checkpoints(fitted_on_strains, three_strains, tmp_path, capsys):
+    _, ckpt = fitted_on_strains
+    capsys.readouterr()
+    code = main(["validate", "--config", TINY, "--ckpt_path", str(ckpt), "--trainer.default_root_dir", str(tmp_path),
+                 "--trainer.logger.init_args.save_dir", str(tmp_path), "--data.fasta", str(three_strains[1]),
+                 "--data.test_files", "null", "--data.val_fraction", "0.5"])
+    assert code == 0
+    assert "checkpoint's data settings" not in capsys.readouterr().err
+    own = csv_values(tmp_path, "val/bits_per_base")
+    assert len(own) == 1 and own[0] != pytest.approx(csv_values(fitted_on_strains[0], "val/bits_per_base")[-1])
+
+
+def test_test_scores_the_held_out_strains_per_genome(fitted_on_strains, tmp_path):
+    _, ckpt = fitted_on_strains
+    code = main(["test", "--config", TINY, "--ckpt_path", str(ckpt), "--trainer.default_root_dir", str(tmp_path),
+                 "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.limit_test_batches", "1.0"])
+    assert code == 0
+    b, c = csv_values(tmp_path, "test/b/bits_per_base"), csv_values(tmp_path, "test/c/bits_per_base")
+    pooled = csv_values(tmp_path, "test/bits_per_base")
+    assert len(b) == len(c) == len(pooled) == 1
+    assert min(b[0], c[0]) <= pooled[0] <= max(b[0], c[0])  # equal windows per strain: the mean of the two
+    assert pooled[0] == pytest.approx((b[0] + c[0]) / 2, rel=1e-3)
+    assert not csv_values(tmp_path, "test/a/bits_per_base")  # the training strain is not in the test split
+
+
+def test_fit_summary_and_plot_with_tensorboard(tmp_path, capsys, caplog):
+    pytest.importorskip("tensorboard")
+    caplog.set_level("INFO")
+    code = main(["fit", "--config", TINY, "--trainer.max_steps", "6", "--trainer.val_check_interval", "3",
+                 "--trainer.default_root_dir", str(tmp_path),
+                 "--trainer.logger", "lightning.pytorch.loggers.TensorBoardLogger",
+                 "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.logger.init_args.name", "tb"])
+    assert code == 0
+    out = capsys.readouterr()
+    assert list(tmp_path.rglob("events.out.tfevents.*"))
+    assert not list(tmp_path.rglob("metrics.csv"))
+    plot = next(line for line in out.out.splitlines() if line.startswith("plot:")).split(maxsplit=1)[1]
+    assert Path(plot).stat().st_size > 0 and Path(plot).parent.name.startswith("version_")
+    line = next(line for line in out.out.splitlines() if line.startswith("validation bits/base:"))
+    assert line.startswith("validation bits/base: best ") and "(after 6 steps)" in line
+    assert "order-6 Markov baseline" in line and ("below it)" in line or "above it)" in line)
+    lightning_said = [record.getMessage() for record in caplog.records if record.name.startswith("lightning")]
+    assert any("GPU available" in message for message in lightning_said)
+    assert not any("litlogger" in message for message in lightning_said)  # its tip is silenced
+
+
+def test_missing_tensorboard_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
+    import biomoe.training.run_setup as run_setup
+
+    monkeypatch.setattr(run_setup, "package_installed", lambda name: False)
+    code = main(["fit", "--config", TINY, "--trainer.default_root_dir", str(tmp_path),
+                 "--trainer.logger", "lightning.pytorch.loggers.TensorBoardLogger",
+                 "--trainer.logger.init_args.save_dir", str(tmp_path)])
+    assert code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err[-1] == ("biomoe: error: trainer.logger: TensorBoardLogger needs the tensorboard package, which is not "
+                       "installed; pip install 'biomoe[tensorboard]'")
+    assert not any("Traceback" in line for line in err)
+
+
+def test_step_based_progress_bar_shows_no_negative_epoch_total():
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from biomoe.training.run_setup import StepProgressBar, install_progress_bar
+
+    bar = StepProgressBar()
+    bar._trainer = SimpleNamespace(max_epochs=-1)
+    assert bar._get_train_description(0).strip() == "Epoch 0"
+    bar._trainer = SimpleNamespace(max_epochs=3)
+    assert bar._get_train_description(1).strip() == "Epoch 1/2"
+    default, chosen = RichProgressBar(), RichProgressBar()
+    trainer = SimpleNamespace(callbacks=[default])
+    install_progress_bar(trainer, [])
+    assert type(trainer.callbacks[0]) is StepProgressBar
+    trainer = SimpleNamespace(callbacks=[chosen])
+    install_progress_bar(trainer, [chosen])  # the user's own bar stays
+    assert trainer.callbacks[0] is chosen
+
+
+def test_tf32_is_set_only_on_gpus_with_tensor_cores(monkeypatch):
+    from biomoe.training.run_setup import set_matmul_precision
+
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 0))
+        assert set_matmul_precision("gpu") is None and torch.get_float32_matmul_precision() == "highest"
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+        assert set_matmul_precision("cpu") is None
+        assert set_matmul_precision("auto") == "high" and torch.get_float32_matmul_precision() == "high"
+        torch.set_float32_matmul_precision("medium")  # the user's own choice is kept
+        assert set_matmul_precision("gpu") is None and torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def test_kernels_line_names_the_precision_that_computes():
+    from biomoe.backends.select import select_backends
+    from biomoe.model.config import ModelConfig, RuntimeConfig
+
+    selection = select_backends(ModelConfig(), RuntimeConfig(), torch.device("cpu"))
+    assert "precision=fp32 (trainer.precision=32-true; no TE recipe)" in selection.summary("32-true")
+    assert "precision=bf16 autocast, fp32 weights" in selection.summary("bf16-mixed")
