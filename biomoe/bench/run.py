@@ -373,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             record = measure(row, ctx)
         records.append(record)
-        save()
+        shape_done = index == len(rows) or rows[index].shape.case != row.shape.case
+        save(final=shape_done)  # the chart once per finished shape: a run cut short still has one
         ratio = "" if record.ratio_vs_hf_bf16_fused is None else f"{record.ratio_vs_hf_bf16_fused:5.2f}x"
         print(f"[{index}/{len(rows)}] {row.id:55s} {record.status:7s} "
               f"{(record.tokens_per_s or 0):10.0f} tok/s {ratio:6s} peak {(record.peak_mem_gb or 0):6.1f} GB "
