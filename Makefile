@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.biomoe-installed
 
-.PHONY: install fit test data smoke-2gpu bench notebook clean
+.PHONY: install fit test data data-multi smoke-2gpu bench notebook clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ test: install
 data:
 	bash scripts/fetch_data.sh
 
+# The eleven bacterial genomes of configs/pretrain-bacteria.yaml (Debian packages bowtie-examples
+# and ragout-examples) into data/large/multi/.
+data-multi:
+	bash scripts/fetch_multi.sh
+
 clean:
 	rm -rf runs lightning_logs .pytest_cache
 
@@ -47,9 +52,10 @@ BENCH_ARGS ?=
 bench:
 	$(RUNPY) -m biomoe.bench --out results/bench $(BENCH_ARGS)
 
-# Runs notebooks/explore.ipynb headless against the tiny model (trained first if no checkpoint).
-NOTEBOOK_CKPT ?= $(firstword $(wildcard runs/tiny/version_*/checkpoints/last.ckpt))
+# Runs notebooks/explore.ipynb headless against the best checkpoint of `make fit`'s run
+# (runs/default) when there is one, else against the tiny model (trained first if it has none).
+NOTEBOOK_RUN ?= $(if $(wildcard runs/default/version_*/checkpoints/*.ckpt),runs/default,runs/tiny)
 notebook: install
-	@test -n "$(NOTEBOOK_CKPT)" || $(PY) cli.py fit --config configs/tiny.yaml
-	$(PY) -m jupyter nbconvert --to notebook --execute notebooks/explore.ipynb --output-dir runs/notebook
+	@test -n "$(wildcard $(NOTEBOOK_RUN)/version_*/checkpoints/*.ckpt)" || $(PY) cli.py fit --config configs/tiny.yaml
+	BIOMOE_CKPT=$(NOTEBOOK_RUN) $(PY) -m jupyter nbconvert --to notebook --execute notebooks/explore.ipynb --output-dir runs/notebook
 	@echo "executed notebook: runs/notebook/explore.ipynb"
