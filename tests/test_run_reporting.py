@@ -74,11 +74,14 @@ def test_command_line_data_settings_win_over_the_checkpoints(fitted_on_strains, 
     assert len(own) == 1 and own[0] != pytest.approx(csv_values(fitted_on_strains[0], "val/bits_per_base")[-1])
 
 
-def test_test_scores_the_held_out_strains_per_genome(fitted_on_strains, tmp_path):
-    _, ckpt = fitted_on_strains
-    code = main(["test", "--config", TINY, "--ckpt_path", str(ckpt), "--trainer.default_root_dir", str(tmp_path),
+def test_test_scores_the_held_out_strains_per_genome(fitted_on_strains, tmp_path, capsys):
+    """Given the run folder, test picks its checkpoint and scores the strains held out whole."""
+    out, ckpt = fitted_on_strains
+    capsys.readouterr()
+    code = main(["test", "--config", TINY, "--ckpt_path", str(out), "--trainer.default_root_dir", str(tmp_path),
                  "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.limit_test_batches", "1.0"])
     assert code == 0
+    assert f"using {ckpt} (no best checkpoint recorded; the last one)" in capsys.readouterr().err
     b, c = csv_values(tmp_path, "test/b/bits_per_base"), csv_values(tmp_path, "test/c/bits_per_base")
     pooled = csv_values(tmp_path, "test/bits_per_base")
     assert len(b) == len(c) == len(pooled) == 1

@@ -95,6 +95,17 @@ class BioMoECLI(LightningCLI):
         install_progress_bar(trainer, configured if isinstance(configured, list) else [configured])
         return trainer
 
+    def _resolve_run_folder(self) -> None:
+        """validate/test/predict ``--ckpt_path runs/x``: the run folder's best checkpoint
+        (:func:`~biomoe.inference.run_folder.resolve_checkpoint`; distributed checkpoints are folders
+        too and stay as given)."""
+        from biomoe.inference.run_folder import resolve_checkpoint
+
+        subcommand = self.config.get("subcommand")
+        ckpt = self.config[subcommand].get("ckpt_path") if subcommand in ("validate", "test", "predict") else None
+        if isinstance(ckpt, (str, os.PathLike)) and os.path.isdir(ckpt):
+            self.config[subcommand]["ckpt_path"] = resolve_checkpoint(ckpt)
+
     def _apply_checkpoint_data(self) -> None:
         """validate/test/predict score the data the checkpoint records (its FASTA files and held-out
         splits) unless the command line sets them; one line says what the checkpoint changed."""
@@ -180,6 +191,7 @@ class BioMoECLI(LightningCLI):
         the config and command line. How to run (``model.compile``, ``model.activation_checkpointing``)
         is not a property of the weights: those keep the values given here, so a run compiled on a GPU
         can be validated or resumed without compiling, and the other way round."""
+        self._resolve_run_folder()
         model = self.config.get(self.config.get("subcommand") or "", {}).get("model")
         keep = {key: model[key] for key in RUNTIME_SWITCHES if model is not None and key in model}
         self._parse_ckpt_hparams()
