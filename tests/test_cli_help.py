@@ -34,7 +34,7 @@ def _option_help(text: str, option: str) -> str:
 def test_top_level_help_lists_every_subcommand_with_a_description(capsys):
     text = _help(capsys, ["--help"])
     commands = (*LIGHTNING_COMMANDS, *EXTRA_COMMANDS)
-    assert set(COMMAND_SUMMARIES) == set(commands)
+    assert {"generate", "embed"} <= set(EXTRA_COMMANDS) and set(COMMAND_SUMMARIES) == set(commands)
     for name in commands:
         line = next((line for line in text.splitlines() if line.split()[:1] == [name]), None)
         assert line is not None, f"{name} missing from --help"

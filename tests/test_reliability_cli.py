@@ -103,12 +103,12 @@ def test_unreadable_path(tmp_path: Path, capsys, monkeypatch) -> None:
      "expert_parallel_size=4 does not divide the world size 2"),
     (["--model.config.nope", "3"], "model.config: Option 'nope' is not accepted"),
     (["--model.config.top_k", "two"], "model.config.top_k: Expected a <class 'int'>. Got value: two"),
-    (["--data.rc_prob", "1.5"], "data.rc_prob must be in [0, 1], got 1.5"),
-    (["--data.mutation_prob", "1.0"], "data.mutation_prob must be in [0, 1), got 1.0"),
-    (["--data.stride", "0"], "data.stride must be >= 1, got 0"),
-    (["--data.batch_size", "0"], "data.batch_size must be >= 1, got 0"),
-    (["--data.num_workers", "-1"], "data.num_workers must be >= 0, got -1"),
-    (["--data.val_fraction", "1.0"], "data.val_fraction must be in [0, 1), got 1.0"),
+    (["--data.rc_prob", "1.5"], "data.rc_prob: must be in [0, 1], got 1.5"),
+    (["--data.mutation_prob", "1.0"], "data.mutation_prob: must be in [0, 1), got 1.0"),
+    (["--data.stride", "0"], "data.stride: must be >= 1, got 0"),
+    (["--data.batch_size", "0"], "data.batch_size: must be >= 1, got 0"),
+    (["--data.num_workers", "-1"], "data.num_workers: must be >= 0, got -1"),
+    (["--data.val_fraction", "1.0"], "data.val_fraction: must be in [0, 1), got 1.0"),
 ])
 def test_bad_config_in_process(tmp_path: Path, capsys, args: list[str], expected: str) -> None:
     assert main(_fit_args(ROOT / "data/lambda_virus.fa.gz", tmp_path) + args) == 2
@@ -180,8 +180,10 @@ def test_no_held_out_split_is_an_error(tmp_path: Path, capsys, command: str) -> 
     from biomoe.model.config import ModelConfig
     from biomoe.model.transformer import MoETransformer
 
-    ckpt = tmp_path / "m.ckpt"
-    torch.save({"state_dict": {f"model.{k}": v for k, v in MoETransformer(ModelConfig()).state_dict().items()}}, ckpt)
+    ckpt = tmp_path / "m.ckpt"  # a valid checkpoint of the tiny model, so only the split is wrong
+    tiny = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4,
+                       top_k=2, ffn_hidden_size=32)
+    torch.save({"state_dict": {f"model.{k}": v for k, v in MoETransformer(tiny).state_dict().items()}}, ckpt)
     assert main(_eval_args(command, fasta, tmp_path, ckpt) + ["--data.val_fraction", "0"]) == 2
     assert "no held-out split" in _error_line(capsys.readouterr().err)
 
@@ -200,7 +202,10 @@ def test_ckpt_hparams_do_not_override_runtime_switches(tmp_path: Path, monkeypat
     config = {**vars(ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                                  num_experts=4, top_k=2, ffn_hidden_size=32)), "dropout": 0.25}
     runtime = {"compile": True, "activation_checkpointing": True, "precision": "fp8-block"}
-    torch.save({"state_dict": {}, "hyper_parameters": {"config": config, "runtime": runtime}}, ckpt)
+    from biomoe.model.transformer import MoETransformer
+
+    weights = {f"model.{k}": v for k, v in MoETransformer(ModelConfig(**config)).state_dict().items()}
+    torch.save({"state_dict": weights, "hyper_parameters": {"config": config, "runtime": runtime}}, ckpt)
     seen = {}
 
     class Stop(Exception):
@@ -227,7 +232,8 @@ def test_folder_ckpt_path_on_one_device_is_one_line(tmp_path: Path, capsys, comm
     fasta.write_bytes(GOOD)
     folder = tmp_path / "last.ckpt"
     folder.mkdir()
-    (folder / "meta.pt").write_bytes(b"")
+    (folder / ".metadata").write_bytes(b"")  # what torch.distributed.checkpoint writes
+    (folder / "__0_0.distcp").write_bytes(b"")
     assert main(_eval_args(command, fasta, tmp_path, folder)) == 2
     line = _error_line(capsys.readouterr().err)
     assert str(folder) in line and "python -m biomoe.parallel.checkpoint" in line

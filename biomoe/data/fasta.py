@@ -34,11 +34,11 @@ a file offset across ``fork`` would corrupt reads).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
 import os
-import tempfile
 import warnings
 import zlib
 from collections.abc import Iterator, Sequence
@@ -49,6 +49,7 @@ from typing import BinaryIO
 import numpy as np
 
 from biomoe.errors import GenomeInputError
+from biomoe.files import atomic_path, atomic_write, write_text
 
 __all__ = [
     "FASTA_SUFFIXES",
@@ -62,10 +63,9 @@ __all__ = [
 ]
 
 FASTA_SUFFIXES: tuple[str, ...] = (".fa", ".fasta", ".fna", ".fa.gz", ".fasta.gz", ".fna.gz")
-_SCAN_VERSION = 2  # bump when the scan cache format or the normalisation changes
+_SCAN_VERSION = 3  # bump when the scan cache format or the normalisation changes
 _CHUNK = 1 << 20
 _WRAP = 80
-_CACHE_FILE_MODE = 0o644  # mkstemp creates 0600; cached copies are as public as the source
 _IUPAC = b"ACGTNRYSWKMBDHV"
 _VALID = _IUPAC + _IUPAC.lower()
 _VALID_LUT = np.zeros(256, dtype=bool)
@@ -146,16 +146,34 @@ def resolve_fasta_paths(paths: str | os.PathLike[str] | Sequence[str | os.PathLi
         if not os.access(path, os.R_OK):
             raise GenomeInputError(path, "permission denied (not readable)")
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(FASTA_SUFFIXES))
+            found = _usable_folder_entries(path)
             if not found:
                 raise GenomeInputError(path, f"folder contains no FASTA files ({', '.join(FASTA_SUFFIXES)})")
-            for p in found:
-                if not os.access(p, os.R_OK):
-                    raise GenomeInputError(p, "permission denied (not readable)")
             files.extend(found)
         else:
             files.append(path)
     return files
+
+
+def _usable_folder_entries(folder: Path) -> list[Path]:
+    """The folder's FASTA files, sorted; entries named like FASTA that cannot be read (a dangling
+    symlink, a sub-folder, no read permission) are skipped with a warning naming each, so a
+    genome missing from the training set is never missed silently."""
+    found: list[Path] = []
+    for entry in sorted(folder.iterdir()):
+        if not entry.name.lower().endswith(FASTA_SUFFIXES):
+            continue
+        if entry.is_symlink() and not entry.exists():
+            problem = f"dangling symlink (to {os.readlink(entry)})"
+        elif not entry.is_file():
+            problem = "not a regular file"
+        elif not os.access(entry, os.R_OK):
+            problem = "permission denied (not readable)"
+        else:
+            found.append(entry)
+            continue
+        warnings.warn(f"{entry}: {problem}; skipped, the other FASTA files of {folder} are used", stacklevel=3)
+    return found
 
 
 def default_cache_dir(path: Path) -> Path:
@@ -168,9 +186,31 @@ def default_cache_dir(path: Path) -> Path:
     return Path(base) / "biomoe"
 
 
-def _cache_key(path: Path) -> str:
+_FINGERPRINT_BYTES = 1 << 16
+
+
+def file_signature(path: Path) -> tuple[int, int, int, int]:
+    """(device, inode, size, mtime): what changes when a file is rewritten, replaced or truncated."""
     st = path.stat()
-    ident = f"{_SCAN_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _cache_key(path: Path) -> str:
+    """Scan-cache key: path, size, mtime, and also what an in-place edit that restores size and
+    mtime (``touch -r``) cannot restore: the inode change time, the inode, and a hash of the first
+    and last 64 KiB. A false miss only costs a rescan; a false hit would train on stale data."""
+    st = path.stat()
+    digest = hashlib.sha1()
+    try:
+        with open(path, "rb") as handle:
+            digest.update(handle.read(_FINGERPRINT_BYTES))
+            if st.st_size > 2 * _FINGERPRINT_BYTES:
+                handle.seek(st.st_size - _FINGERPRINT_BYTES)
+            digest.update(handle.read(_FINGERPRINT_BYTES))
+    except PermissionError:
+        raise GenomeInputError(path, "permission denied (not readable)") from None
+    ident = (f"{_SCAN_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_dev}|"
+             f"{st.st_ino}|{digest.hexdigest()}")
     return hashlib.sha1(ident.encode()).hexdigest()[:16]
 
 
@@ -401,27 +441,18 @@ def scan_fasta(path: Path) -> FileScan:
 
 def _write_normalised(src: Path, compression: str, dest: Path) -> None:
     """Rewrite ``src`` as plain FASTA (LF endings, 80 bases per line), atomically."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            buf = bytearray()
-            carry = b""
-            for chunk in _iter_chunks(src, compression):
-                lines = (carry + chunk).split(b"\n")
-                carry = lines.pop()
-                for line in lines:
-                    _emit_line(line, buf, out)
-            if carry:
-                _emit_line(carry, buf, out)
-            if buf:
-                out.write(bytes(buf) + b"\n")
-        os.chmod(tmp_name, _CACHE_FILE_MODE)
-        os.replace(tmp_name, dest)
-    except BaseException:
-        with _suppress_os_error():
-            os.unlink(tmp_name)
-        raise
+    with atomic_write(dest, "wb") as out:
+        buf = bytearray()
+        carry = b""
+        for chunk in _iter_chunks(src, compression):
+            lines = (carry + chunk).split(b"\n")
+            carry = lines.pop()
+            for line in lines:
+                _emit_line(line, buf, out)
+        if carry:
+            _emit_line(carry, buf, out)
+        if buf:
+            out.write(bytes(buf) + b"\n")
 
 
 def _emit_line(line: bytes, buf: bytearray, out: BinaryIO) -> None:
@@ -440,21 +471,8 @@ def _emit_line(line: bytes, buf: bytearray, out: BinaryIO) -> None:
         del buf[:full]
 
 
-class _suppress_os_error:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
-        return exc_type is not None and issubclass(exc_type, OSError)  # type: ignore[arg-type]
-
-
 def _atomic_write_text(dest: Path, text: str) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp_name, _CACHE_FILE_MODE)
-    os.replace(tmp_name, dest)
+    write_text(dest, text)
 
 
 # ---------------------------------------------------------------------------------------
@@ -468,10 +486,12 @@ class _PreparedFile:
     gzi: Path | None
     records: list[tuple[str, int]]
     layout: list[tuple[int, int, int]] | None = None  # expected .fai columns 3-5 when pyfaidx reads the source
+    signature: tuple[int, int, int, int] | None = None  # file_signature(source) when it was validated
 
 
 def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(path)
+    signature = file_signature(path)  # before reading: a change from here on is caught by fetch
     key = _cache_key(path)
     stem = f"{path.name}.{key}"
     scan_json = cache / f"{stem}.scan.json"
@@ -482,7 +502,7 @@ def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
             payload = {"compression": scan.compression, "canonical": scan.canonical, "records": scan.records,
                        "layout": scan.layout}
             _atomic_write_text(scan_json, json.dumps(payload))
-        except OSError as exc:
+        except (OSError, GenomeInputError) as exc:
             warnings.warn(f"{path}: cannot write scan cache to {cache} ({exc}); will rescan next time", stacklevel=3)
 
     if scan.canonical:
@@ -498,12 +518,12 @@ def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
         if not readable.exists():
             try:
                 _write_normalised(path, scan.compression, readable)
-            except OSError as exc:
+            except (OSError, GenomeInputError) as exc:
                 raise GenomeInputError(path, f"needs a normalised copy but cache dir {cache} is not writable ({exc})") from None
         fai = Path(str(readable) + ".fai")
         gzi = None
     layout = scan.layout if scan.canonical and len(scan.layout) == len(scan.records) else None
-    prepared = _PreparedFile(path, readable, fai, gzi, scan.records, layout)
+    prepared = _PreparedFile(path, readable, fai, gzi, scan.records, layout, signature)
     _ensure_index(prepared)
     return prepared
 
@@ -554,20 +574,72 @@ def _fai_matches(prep: _PreparedFile) -> bool:
     return True
 
 
+def _bgzf_blocks(path: Path) -> list[tuple[int, int]] | None:
+    """(compressed offset, uncompressed offset) of every BGZF block, from the block headers
+    (``BSIZE``) and trailers (``ISIZE``) alone; None if the file is not a well-formed BGZF."""
+    blocks: list[tuple[int, int]] = []
+    size = path.stat().st_size
+    offset = plain = 0
+    with open(path, "rb") as handle:
+        while offset < size:
+            handle.seek(offset)
+            head = handle.read(12)
+            if len(head) < 12 or head[:4] != b"\x1f\x8b\x08\x04":
+                return None
+            extra = handle.read(int.from_bytes(head[10:12], "little"))
+            bsize, i = None, 0
+            while i + 4 <= len(extra):  # subfields: SI1 SI2 SLEN data
+                length = int.from_bytes(extra[i + 2:i + 4], "little")
+                if extra[i:i + 2] == b"BC" and length == 2:
+                    bsize = int.from_bytes(extra[i + 4:i + 6], "little")
+                i += 4 + length
+            if bsize is None or offset + bsize + 1 > size:
+                return None
+            handle.seek(offset + bsize + 1 - 4)
+            blocks.append((offset, plain))
+            plain += int.from_bytes(handle.read(4), "little")
+            offset += bsize + 1
+    return blocks
+
+
+def _gzi_matches(bgzf: Path, gzi: Path) -> bool:
+    """Whether a ``.gzi`` lists exactly the file's block starts (htslib's format: a count, then
+    (compressed, uncompressed) offset pairs for every block but the first; the empty end-of-file
+    block may be listed or not). A ``.gzi`` of another file sends reads to wrong offsets."""
+    import struct
+
+    try:
+        data = gzi.read_bytes()
+        blocks = _bgzf_blocks(bgzf)
+    except OSError:
+        return False
+    if blocks is None or len(data) < 8:
+        return False
+    count = struct.unpack_from("<Q", data)[0]
+    if len(data) != 8 + 16 * count:
+        return False
+    listed = [struct.unpack_from("<QQ", data, 8 + 16 * i) for i in range(count)]
+    expected = blocks[1:]
+    return listed == expected or listed == expected[:-1]
+
+
 def _ensure_index(prep: _PreparedFile) -> None:
     """Make sure ``prep.fai`` (and ``.gzi``) exist and agree with the scanned file."""
     expected = dict(prep.records)
     if prep.fai.exists():
         fresh = prep.fai.stat().st_mtime_ns >= prep.readable.stat().st_mtime_ns
         matches = _fai_matches(prep)
-        gzi_ok = prep.gzi is None or prep.gzi.exists()
+        gzi_ok = prep.gzi is None or (prep.gzi.exists() and _gzi_matches(prep.readable, prep.gzi))
         if matches and gzi_ok and (fresh or not os.access(prep.fai.parent, os.W_OK)):
             return
         if not os.access(prep.fai.parent, os.W_OK):
+            stale = prep.fai if not matches else prep.gzi
             raise GenomeInputError(
-                prep.source, f"index {prep.fai} does not match the FASTA and cannot be rebuilt (folder not writable)"
+                prep.source, f"index {stale} does not match the FASTA and cannot be rebuilt (folder not writable)"
             )
     _build_index(prep)
+    if prep.gzi is not None and not _gzi_matches(prep.readable, prep.gzi):
+        raise GenomeInputError(prep.source, f"bgzip index {prep.gzi} disagrees with the file's BGZF blocks")
     if _read_fai_lengths(prep.fai) != expected:
         raise GenomeInputError(prep.source, f"pyfaidx index {prep.fai} disagrees with the file contents")
 
@@ -575,35 +647,28 @@ def _ensure_index(prep: _PreparedFile) -> None:
 def _build_index(prep: _PreparedFile) -> None:
     """Build the pyfaidx index into temporary names, then rename them into place.
 
-    Atomic so that several processes (e.g. DDP ranks) opening the same genome never
-    read a half-written index.
+    Atomic (:func:`biomoe.files.atomic_path`) so that several processes (e.g. DDP ranks) opening
+    the same genome never read a half-written index.
     """
     import pyfaidx
 
-    tag = f".{os.getpid()}.tmp"
-    tmp_fai = Path(str(prep.fai) + tag)
-    tmp_gzi = Path(str(prep.gzi) + tag) if prep.gzi is not None else None
-    kwargs: dict[str, object] = {"indexname": str(tmp_fai), "rebuild": True, "build_index": True}
-    if tmp_gzi is not None:
-        kwargs["gzi_indexname"] = str(tmp_gzi)
     try:
-        prep.fai.parent.mkdir(parents=True, exist_ok=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fa = pyfaidx.Fasta(str(prep.readable), **kwargs)  # type: ignore[arg-type]
-        fa.close()
-        if tmp_gzi is not None and prep.gzi is not None:
-            os.replace(tmp_gzi, prep.gzi)
-        os.replace(tmp_fai, prep.fai)
+        with contextlib.ExitStack() as stack:
+            # pyfaidx reads an existing .gzi instead of writing one: hand it names not yet taken
+            tmp_fai = stack.enter_context(atomic_path(prep.fai, create=False))
+            kwargs: dict[str, object] = {"indexname": str(tmp_fai), "rebuild": True, "build_index": True}
+            if prep.gzi is not None:
+                kwargs["gzi_indexname"] = str(stack.enter_context(atomic_path(prep.gzi, create=False)))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fa = pyfaidx.Fasta(str(prep.readable), **kwargs)  # type: ignore[arg-type]
+            fa.close()
+    except GenomeInputError as exc:  # the folder cannot take the index
+        raise GenomeInputError(prep.source, f"cannot write index {prep.fai} ({exc.problem})") from None
     except OSError as exc:
         raise GenomeInputError(prep.source, f"cannot write index {prep.fai} ({exc})") from None
     except Exception as exc:  # pyfaidx.FastaIndexingError and friends
         raise GenomeInputError(prep.source, f"pyfaidx cannot index the file ({exc})") from None
-    finally:
-        for tmp in (tmp_fai, tmp_gzi):
-            if tmp is not None:
-                with _suppress_os_error():
-                    tmp.unlink()
 
 
 # ---------------------------------------------------------------------------------------
@@ -692,7 +757,35 @@ class Genome:
         if start == end:
             return ""
         fasta = self._handle(info.file_index)
-        return str(fasta[info.record_name][start:end])  # type: ignore[index]
+        self._check_unchanged(info.file_index)
+        try:
+            bases = str(fasta[info.record_name][start:end])  # type: ignore[index]
+        except Exception:
+            self._check_unchanged(info.file_index)  # a file cut short fails here: name it
+            raise
+        if len(bases) != end - start:
+            self._check_unchanged(info.file_index)
+            raise GenomeInputError(self._files[info.file_index].source,
+                                   f"read {len(bases):,} bases for {info.name}:{start}-{end} instead of "
+                                   f"{end - start:,}: the file no longer matches its index")
+        return bases
+
+    def _check_unchanged(self, file_index: int) -> None:
+        """Stop with one line if a FASTA file was rewritten, replaced or truncated since it was
+        validated: windows read from it now would no longer be the genome that was checked
+        (one ``stat`` per read, about a microsecond)."""
+        prep = self._files[file_index]
+        if prep.signature is None:
+            return
+        try:
+            now = file_signature(prep.source)
+        except OSError:
+            raise GenomeInputError(prep.source, "was removed or became unreadable while biomoe was reading it") from None
+        if now != prep.signature:
+            what = (f"size {prep.signature[2]:,} -> {now[2]:,} bytes" if now[2] != prep.signature[2] else
+                    "replaced by another file" if now[:2] != prep.signature[:2] else "modified in place")
+            raise GenomeInputError(prep.source, f"changed while biomoe was reading it ({what}); windows read from "
+                                                "it would not be the genome that was validated: restart the run")
 
     def _handle(self, file_index: int) -> object:
         """pyfaidx handle for this process; reopened after fork so offsets aren't shared."""

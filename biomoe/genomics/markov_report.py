@@ -22,6 +22,7 @@ from biomoe.training.markov_baseline import training_sequences
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.losses import LN2, masked_cross_entropy_sum
 from biomoe.genomics.markov import MAX_ORDER, MarkovModel
+from biomoe.files import check_outputs, write_text
 
 
 def markov_table(datamodule: GenomeDataModule, max_order: int, alpha: float = 1.0,
@@ -58,6 +59,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not 0 <= args.max_order <= MAX_ORDER:
         parser.error(f"--max-order must be in 0..{MAX_ORDER}")
+    check_outputs([args.json], args.fasta)  # never over an input
     dm = GenomeDataModule(fasta=args.fasta, seq_length=args.seq_length, val_fraction=args.val_fraction,
                           val_contigs=args.val_contigs, rc_prob=0.0)
     start = time.perf_counter()
@@ -72,9 +74,8 @@ def main(argv: list[str]) -> int:
         print(f"{row['order']:>5}  {row['bits_per_base']:.4f}{mark}")
     print(f"({seconds:.1f} s)")
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"fasta": args.fasta, "alpha": args.alpha,
-                                         "reverse_complement": not args.no_rc,
-                                         "seq_length": args.seq_length, "val_fraction": args.val_fraction,
-                                         "rows": rows, "seconds": seconds}, indent=2) + "\n")
+        write_text(args.json, json.dumps({"fasta": args.fasta, "alpha": args.alpha,
+                                          "reverse_complement": not args.no_rc,
+                                          "seq_length": args.seq_length, "val_fraction": args.val_fraction,
+                                          "rows": rows, "seconds": seconds}, indent=2) + "\n")
     return 0

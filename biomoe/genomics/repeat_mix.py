@@ -26,6 +26,7 @@ from biomoe.data.fasta import Genome
 from biomoe.model.losses import LN2
 from biomoe.genomics.markov import MAX_ORDER, MarkovModel
 from biomoe.genomics.score_fasta import positive_int, write_output
+from biomoe.files import check_outputs
 from biomoe.genomics.repeat_expert import (HELD_OUT_KEYS, RepeatExpert, RepeatTable, check_settings, fit_on_split,
                                            fit_on_training_split, score_batch)
 from biomoe.data.tokenizer import NucleotideTokenizer
@@ -142,6 +143,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--plot", type=Path, default=None,
                         help="PNG of bits/base per held-out window, alone and mixed, along the genome")
     args = parser.parse_args(argv)
+    check_outputs([args.json, args.plot], [*args.fasta, args.ckpt])  # never over an input
     if args.ckpt is None and not 0 <= args.markov_order <= MAX_ORDER:
         parser.error(f"--markov-order must be in 0..{MAX_ORDER}")
     check_settings(args.k, args.switch, args.smoothing)
@@ -178,7 +180,6 @@ def main(argv: list[str]) -> int:
         from biomoe.training.plots import plot_repeat_gain
 
         title = f"{base_name} alone and with the repeat expert (k={k}), held-out windows"
-        written: list = []  # plot_repeat_gain's return value (None without matplotlib)
-        write_output(args.plot, lambda target: written.append(plot_repeat_gain(windows, target, title)))
-        print(f"plot: {written[0]}" if written[0] else "plot: skipped (matplotlib is not installed)")
+        written = plot_repeat_gain(windows, args.plot, title)  # atomic; None without matplotlib
+        print(f"plot: {written}" if written else "plot: skipped (matplotlib is not installed)")
     return 0

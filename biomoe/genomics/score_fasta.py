@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ import torch
 
 from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome
+from biomoe.files import atomic_path, check_outputs
 from biomoe.inference.run_folder import resolve_checkpoint
 from biomoe.inference.scoring import load_model, sequence_log_likelihood
 from biomoe.model.transformer import MoETransformer
@@ -53,15 +53,11 @@ def positive_int(text: str) -> int:
 
 
 def write_output(path: Path, write: Callable[[Path], None]) -> None:
-    """Create ``path``'s folder and call ``write(path)``; OS errors become one line naming ``path``."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write(path)
-    except OSError as exc:
-        detail = exc.strerror or str(exc)
-        if exc.filename and os.fspath(exc.filename) != os.fspath(path):
-            detail += f": {exc.filename}"
-        raise GenomeInputError(path, f"cannot write output ({detail})") from None
+    """``write(tmp)`` into a temporary file that then atomically becomes ``path``
+    (:func:`biomoe.files.atomic_path`: never a half-written output, never over an input); OS errors
+    become one line naming ``path``."""
+    with atomic_path(path) as tmp:
+        write(tmp)
 
 
 def score_genome(model: MoETransformer, genome: Genome, window: int = 1024, batch_size: int = 8,
@@ -126,7 +122,9 @@ def main(argv: list[str]) -> int:
         print(f"repeat expert: {len(repeat.table):,} k-mer entries (k={repeat.table.k}) from "
               f"{repeat.table.training_bases:,} training bases")
     tsv = args.out.with_suffix(".tsv")
-    write_output(tsv, lambda target: None)  # creates the folder: a bad --out fails before the work, not after
+    npz = args.out.with_suffix(".npz")
+    # a bad --out, or one that names an input, fails before the work, not after
+    check_outputs([tsv, npz if args.per_base else None], [args.ckpt, *args.fasta, *(args.repeat_fasta or [])])
     from biomoe.progress import progress_bar
 
     with progress_bar(genome.total_length, "score-fasta", disable=args.no_progress) as bar:
@@ -145,7 +143,6 @@ def main(argv: list[str]) -> int:
     write_output(tsv, write_tsv)
     print(f"wrote {tsv}")
     if args.per_base:
-        npz = args.out.with_suffix(".npz")
         write_output(npz, lambda target: np.savez_compressed(target, **per_base))
         print(f"wrote {npz}")
     return 0

@@ -34,6 +34,7 @@ from biomoe.inference.run_folder import resolve_checkpoint
 from biomoe.inference.scoring import load_model, sequence_log_likelihood
 from biomoe.model.transformer import MoETransformer
 from biomoe.genomics.score_fasta import positive_int, write_output
+from biomoe.files import check_outputs
 
 __all__ = ["VCF_SUFFIXES", "Variant", "read_variants", "read_vcf", "score_variants", "main"]
 
@@ -209,6 +210,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
     args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
+    check_outputs([args.out], [args.ckpt, *args.fasta, args.variants])  # --out never replaces an input
     if is_vcf(args.variants):
         variants, skipped = read_vcf(args.variants)
         if skipped:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import zipfile
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ from biomoe.errors import GenomeInputError
 from biomoe.model.losses import per_position_log_likelihood
 from biomoe.model.backends import LayerBackends
 from biomoe.model.transformer import MoETransformer
+from biomoe.training.checkpoint_check import check_checkpoint_file, verify_checkpoint
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 
 __all__ = ["check_checkpoint_file", "load_model", "model_config_from", "sequence_log_likelihood"]
@@ -51,7 +51,8 @@ def load_model(ckpt_path: str | os.PathLike[str], map_location: str = "cpu",
         raise GenomeInputError(path, "is a folder (a distributed checkpoint?); this needs a checkpoint file: "
                                      f"python -m biomoe.parallel.checkpoint {path} model.ckpt")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+        # integrity, structure, shapes against its hyper-parameters, finite weights: one line each
+        ckpt = verify_checkpoint(path)
         cfg = model_config_from(ckpt.get("hyper_parameters", {}))
         model = MoETransformer(cfg, LayerBackends(experts=expert_backend or "grouped"))
         state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
@@ -63,28 +64,6 @@ def load_model(ckpt_path: str | os.PathLike[str], map_location: str = "cpu",
         detail = detail if len(detail) <= 200 else detail[:200] + "..."
         raise GenomeInputError(path, f"cannot load as a biomoe checkpoint ({type(exc).__name__}: {detail})") from None
     return model.eval()
-
-
-def check_checkpoint_file(path: str | os.PathLike[str]) -> None:
-    """One-line errors for a checkpoint path that is missing or plainly not a torch checkpoint.
-
-    Cheap (no load): torch writes a zip archive (or, in the legacy format, a pickle starting with
-    byte 0x80), so a truncated download or a wrong file is caught before a long traceback.
-    Folders (distributed checkpoints) are left to their loader.
-    """
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise GenomeInputError(path, "checkpoint not found")
-    if os.path.isdir(path):
-        return
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(1)
-        is_zip = zipfile.is_zipfile(path)
-    except OSError as exc:
-        raise GenomeInputError(path, f"cannot read checkpoint ({exc.strerror or exc})") from None
-    if not is_zip and head != b"\x80":
-        raise GenomeInputError(path, "not a PyTorch checkpoint (truncated or corrupted file?)")
 
 
 @torch.no_grad()

@@ -25,6 +25,9 @@ from torch import Tensor
 
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.errors import GenomeInputError
+from biomoe.files import atomic_path, check_outputs, write_text
+from biomoe.training.checkpoint_check import check_finite
+from biomoe.training.checkpoint_io import atomic_torch_save
 from biomoe.inference.run_folder import resolve_checkpoint
 from biomoe.inference.scoring import load_model
 from biomoe.model.transformer import MoETransformer
@@ -170,12 +173,13 @@ def export_hf(ckpt_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     from safetensors.torch import save_file
 
     ckpt_path = resolve_checkpoint(ckpt_path)
+    out = Path(out_dir)
+    check_outputs([out / "config.json", out / "model.safetensors"], [ckpt_path])
     model = load_model(ckpt_path)
     tensors = to_hf_state_dict(model)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(hf_config(model.config), indent=2) + "\n")
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    with atomic_path(out / "model.safetensors") as tmp:  # weights first: config.json names a complete folder
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    write_text(out / "config.json", json.dumps(hf_config(model.config), indent=2) + "\n")
     return out
 
 
@@ -194,21 +198,37 @@ def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) 
     shards = sorted(folder.glob("*.safetensors"))
     if not shards:
         raise GenomeInputError(folder, "no *.safetensors weights (PyTorch .bin files are not read)")
-    cfg = model_config_from_hf(json.loads((folder / "config.json").read_text()))
+    out = Path(out_ckpt)
+    check_outputs([out], [folder])  # e.g. OUT inside the folder, named like one of its shards
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        cfg = model_config_from_hf(config)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise GenomeInputError(folder / "config.json", f"not a usable transformers config "
+                                                       f"({type(exc).__name__}: {exc})") from None
     hf: dict[str, Tensor] = {}
     for shard in shards:
-        hf.update(load_file(str(shard)))
+        try:
+            hf.update(load_file(str(shard)))
+        except Exception as exc:  # safetensors' SafetensorError: truncated or not safetensors
+            raise GenomeInputError(shard, f"cannot read safetensors weights ({type(exc).__name__}: "
+                                          f"{' '.join(str(exc).split())[:200]})") from None
+    check_finite(str(folder), {}, hf)
     model = MoETransformer(cfg)
-    model.load_state_dict(from_hf_state_dict(hf, cfg))
+    try:
+        model.load_state_dict(from_hf_state_dict(hf, cfg))
+    except (RuntimeError, KeyError) as exc:  # shapes or names that config.json does not describe
+        raise GenomeInputError(folder, f"weights do not match config.json ({type(exc).__name__}: "
+                                       f"{' '.join(str(exc).split())[:200]})") from None
     checkpoint = {
         "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
         "hyper_parameters": {"config": cfg, "optim": OptimConfig(), "log_expert_load_every_n_steps": 50},
         "pytorch-lightning_version": lightning.__version__,
         "epoch": 0, "global_step": 0, "loops": {}, "callbacks": {},
     }
-    out = Path(out_ckpt)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(checkpoint, out)
+    atomic_torch_save(checkpoint, out)
     return out
 
 

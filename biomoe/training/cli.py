@@ -1,14 +1,21 @@
 """Command line: a LightningCLI (fit / validate / test / predict) plus biomoe's own tools.
 
 Bad input never ends in a traceback: :class:`~biomoe.errors.GenomeInputError` and
-:class:`~biomoe.model.config.ConfigError` are printed as one line with exit status 2. Pass ``--debug``
-(or set ``BIOMOE_DEBUG=1``) to see the traceback.
+:class:`~biomoe.model.config.ConfigError`, and what Lightning, torch or jsonargparse say about a
+user's values (:mod:`biomoe.training.user_errors`), are printed as one line with exit status 2;
+Ctrl-C is one line and exit status 130. Every value is range-checked before anything is built
+(:mod:`biomoe.training.validation`), every checkpoint is verified before it is loaded
+(:mod:`biomoe.training.checkpoint_check`), and no output may replace an input (:mod:`biomoe.files`).
+Pass ``--debug`` (or set ``BIOMOE_DEBUG=1``) to see the traceback.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import pickle
+import re
 import sys
 import warnings
 from argparse import ArgumentError
@@ -22,6 +29,7 @@ from biomoe.model.config import ConfigError, check_expert_parallel
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
 from biomoe.training.module import BioMoEModule
+from biomoe.training.saved_config import AtomicSaveConfigCallback
 
 # Extra subcommands handled outside LightningCLI: name -> "module:function(argv)".
 EXTRA_COMMANDS: dict[str, str] = {
@@ -31,6 +39,8 @@ EXTRA_COMMANDS: dict[str, str] = {
     "score-variants": "biomoe.genomics.score_variants:main",
     "export-hf": "biomoe.interop.hf:export_main",
     "import-hf": "biomoe.interop.hf:import_main",
+    "generate": "biomoe.inference.generate:main",
+    "embed": "biomoe.inference.embed:main",
 }
 # One line per subcommand for ``cli.py --help`` (short enough for one terminal line; Lightning's
 # own docstrings are cut mid-sentence there, and the extra commands have none it could read).
@@ -45,10 +55,12 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "score-variants": "variant effects (log-likelihood ratio), TSV or VCF",
     "export-hf": "export a checkpoint as a transformers model folder",
     "import-hf": "import a transformers Mixtral folder as a checkpoint",
+    "generate": "sample DNA from a checkpoint (prompt, top-k, top-p)",
+    "embed": "hidden states per base, window or contig, as .npz",
 }
 # BioMoEModule arguments that choose how to run, not what the model is: a --ckpt_path's
 # hyperparameters do not override them.
-RUNTIME_SWITCHES: tuple[str, ...] = ("compile", "activation_checkpointing")
+RUNTIME_SWITCHES: tuple[str, ...] = ("runtime",)
 
 
 class BioMoECLI(LightningCLI):
@@ -64,6 +76,19 @@ class BioMoECLI(LightningCLI):
         for name in EXTRA_COMMANDS:
             stub = type(parser)(description=COMMAND_SUMMARIES[name], add_help=False)
             subcommands.add_subcommand(name, stub, help=COMMAND_SUMMARIES[name])
+
+    def before_instantiate_classes(self) -> None:
+        """Register the inputs (no output may replace them) before anything is built."""
+        from biomoe import files
+
+        section = self.config[self.subcommand]
+        data = section.get("data") or {}
+        fasta = data.get("fasta")
+        files.protect_inputs([os.fspath(c) for c in section.get("config") or []])
+        files.protect_inputs([fasta] if isinstance(fasta, (str, os.PathLike)) else list(fasta or []))
+        ckpt = section.get("ckpt_path")
+        if self.subcommand != "fit" and isinstance(ckpt, (str, os.PathLike)):
+            files.protect_inputs([ckpt])  # fit may replace the last.ckpt it resumes from (atomically)
 
     def parse_arguments(self, parser, args) -> None:
         """Keep the command line: settings given there win over a checkpoint's (see
@@ -132,17 +157,20 @@ class BioMoECLI(LightningCLI):
         self._check_vocab()
         self._check_inputs()
         self._check_ckpt_folder()
+        self._warn_untrained()
 
     def before_test(self) -> None:
         self._check_vocab()
         self._check_inputs()
         self._check_ckpt_folder()
+        self._warn_untrained()
 
     def before_predict(self) -> None:
         """``predict`` always writes its results: add a writer unless the config has one."""
         self._check_vocab()
         self._check_inputs()
         self._check_ckpt_folder()
+        self._warn_untrained()
         from lightning.pytorch.callbacks import BasePredictionWriter
 
         from biomoe.training.prediction_writer import WindowScoreWriter
@@ -171,6 +199,12 @@ class BioMoECLI(LightningCLI):
         raise ConfigError(f"data.val_fraction=0 and no data.val_contigs or data.val_files: there is no held-out "
                           f"split to {self.subcommand} on")
 
+    def _warn_untrained(self) -> None:
+        """validate/test/predict without --ckpt_path score freshly initialised weights: say so."""
+        if self.config[self.subcommand].get("ckpt_path") is None:
+            print(f"biomoe: warning: {self.subcommand} without --ckpt_path uses untrained (randomly "
+                  "initialised) weights; pass --ckpt_path with a checkpoint from fit", file=sys.stderr)
+
     def _check_ckpt_folder(self) -> None:
         """A folder checkpoint (torch.distributed.checkpoint) loads only under a strategy that reads
         folders (expert parallel); one that torch.loads a file failed on it with a traceback."""
@@ -188,15 +222,19 @@ class BioMoECLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         """Lightning reads ``--ckpt_path``'s hyperparameters right after parsing and lets them override
-        the config and command line. How to run (``model.compile``, ``model.activation_checkpointing``)
-        is not a property of the weights: those keep the values given here, so a run compiled on a GPU
-        can be validated or resumed without compiling, and the other way round."""
+        the config and command line. How to run (``model.runtime``: precision recipe, kernels, compile,
+        activation checkpointing) is not a property of the weights: it keeps the values given here, so
+        a run trained in FP8 on a GPU can be validated on a CPU, and the other way round."""
         self._resolve_run_folder()
         model = self.config.get(self.config.get("subcommand") or "", {}).get("model")
         keep = {key: model[key] for key in RUNTIME_SWITCHES if model is not None and key in model}
         self._parse_ckpt_hparams()
         for key, value in keep.items():
             self.config[self.config["subcommand"]]["model"][key] = value
+        if self.config.get("subcommand"):  # every value range-checked before anything is built or seeded
+            from biomoe.training.validation import validate_config
+
+            validate_config(self.config[self.config["subcommand"]], self.config["subcommand"])
         self._apply_checkpoint_data()
 
     def _parse_ckpt_hparams(self) -> None:
@@ -206,16 +244,51 @@ class BioMoECLI(LightningCLI):
         if not isinstance(ckpt, (str, os.PathLike)):
             return super()._parse_ckpt_path()
         text = os.fspath(ckpt)
+        subcommand = self.config["subcommand"]
+        if text in ("best", "last") and subcommand != "fit":
+            text = self._resolve_ckpt_alias(text)
+            self.config[subcommand]["ckpt_path"] = text
         if text in ("best", "last", "hpc") or text.startswith("registry") or "://" in text:
             return super()._parse_ckpt_path()  # Lightning's special values and remote URLs
-        from biomoe.inference.scoring import check_checkpoint_file
+        from biomoe.training.checkpoint_check import check_checkpoint_file, verify_checkpoint
 
         check_checkpoint_file(text)
+        if os.path.isfile(text):  # integrity, structure, finite weights before Lightning reads it
+            verify_checkpoint(text, shapes=False)
         try:
             super()._parse_ckpt_path()
         except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:
             detail = " ".join(str(exc).split())[:200]
             raise GenomeInputError(text, f"cannot load checkpoint ({type(exc).__name__}: {detail})") from None
+        if os.path.isfile(text):
+            self._verify_ckpt(text)
+
+    def _resolve_ckpt_alias(self, alias: str) -> str:
+        """``best``/``last`` for validate/test/predict: the run folders' checkpoints (see
+        :func:`~biomoe.training.checkpoint_check.resolve_checkpoint_alias`)."""
+        from biomoe.training.checkpoint_check import resolve_checkpoint_alias
+
+        section = self.config[self.config["subcommand"]].as_dict()
+        trainer = section.get("trainer") or {}
+        folders = [trainer.get("default_root_dir") or os.getcwd()]
+        for entry in [trainer.get("logger")] + list(trainer.get("callbacks") or []):
+            init_args = entry.get("init_args") or {} if isinstance(entry, dict) else {}
+            folders += [init_args.get("dirpath"), init_args.get("save_dir")]
+        return resolve_checkpoint_alias(alias, [f for f in folders if f])
+
+    def _verify_ckpt(self, path: str) -> None:
+        """The checkpoint's tensors against the model about to be built (its config, now merged
+        with the checkpoint's hyper-parameters): one line naming the first tensor that differs."""
+        import dataclasses
+
+        from biomoe.model.config import ModelConfig
+        from biomoe.training.checkpoint_check import check_shapes, check_structure, load_checkpoint_dict
+
+        section = self.config[self.config["subcommand"]].as_dict()
+        given = (section.get("model") or {}).get("config") or {}
+        known = {f.name for f in dataclasses.fields(ModelConfig)}
+        config = ModelConfig(**{k: v for k, v in given.items() if k in known})
+        check_shapes(path, check_structure(path, load_checkpoint_dict(path)), config, "the model config")
 
     def _check_parallel(self) -> None:
         """EP layout errors as one line before any process is launched."""
@@ -236,10 +309,11 @@ class BioMoECLI(LightningCLI):
     def after_fit(self) -> None:
         """Checkpoints, logs, the training-curve plot and held-out bits/base beside the Markov
         baseline, whatever the logger (:mod:`biomoe.training.summary`)."""
+        log_dir = self.trainer.log_dir  # a broadcast under several processes: every rank must ask
         if self.trainer.is_global_zero:
             from biomoe.training.summary import fit_summary
 
-            print(fit_summary(self.trainer))
+            print(fit_summary(self.trainer, log_dir))
 
 
 def install_atomic_checkpoint_io(trainer) -> None:
@@ -282,6 +356,7 @@ def run_lightning_cli(args: list[str] | None = None, cli_class: type[BioMoECLI] 
         # cosine decay, built by BioMoEModule.configure_optimizers); Lightning's generic
         # --optimizer/--lr_scheduler would bypass them, so they are not offered.
         auto_configure_optimizers=False,
+        save_config_callback=AtomicSaveConfigCallback,
         save_config_kwargs={"overwrite": True},
         parser_kwargs={"exit_on_error": False,  # main() prints argument errors as one line
                        "description": "biomoe: Mixture-of-Experts language models for genomes. "
@@ -291,41 +366,77 @@ def run_lightning_cli(args: list[str] | None = None, cli_class: type[BioMoECLI] 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from biomoe import files
+    from biomoe.training.user_errors import classify
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Lightning announces its own Ctrl-C handling; main() says it in one line instead.
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_quiet_interrupt_notice)
     # We pass argv explicitly (``--debug`` removed); Lightning warns about that on every run.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     debug = os.environ.get("BIOMOE_DEBUG") == "1"
     if "--debug" in argv:
         argv.remove("--debug")
         debug = True
+    shown = warnings.showwarning
+    warnings.showwarning = functools.partial(_show_warning, fallback=shown)  # biomoe's own: one line each
     try:
-        if argv and argv[0] in EXTRA_COMMANDS:
-            module_name, func_name = EXTRA_COMMANDS[argv[0]].split(":")
-            module = __import__(module_name, fromlist=[func_name])
-            return int(getattr(module, func_name)(argv[1:]) or 0)
-        run_lightning_cli(argv)
+        with files.input_scope():  # inputs registered by this command only
+            if argv and argv[0] in EXTRA_COMMANDS:
+                module_name, func_name = EXTRA_COMMANDS[argv[0]].split(":")
+                module = __import__(module_name, fromlist=[func_name])
+                return int(getattr(module, func_name)(argv[1:]) or 0)
+            from biomoe.training.validation import check_config_files
+
+            check_config_files(argv)
+            run_lightning_cli(argv)
         return 0
-    except (GenomeInputError, ConfigError) as err:
-        if debug:
-            raise
-        print(f"biomoe: error: {err}", file=sys.stderr)
-        return 2
     except ArgumentError as err:  # jsonargparse: wrong key or type (exit_on_error=False)
         if debug:
             raise
         print(f"biomoe: error: {summarize_argument_error(str(err))} (see --help)", file=sys.stderr)
         return 2
-    except NonFiniteError as err:  # training diverged: the step and parameters say it all
+    except KeyboardInterrupt:
         if debug:
             raise
-        print(f"biomoe: error: {err}", file=sys.stderr)
-        return 1
-    except Exception as err:  # jsonargparse wraps errors raised while instantiating classes
-        cause = _find_cause(err, (GenomeInputError, ConfigError))
-        if cause is None or debug:
-            raise
-        print(f"biomoe: error: {cause}", file=sys.stderr)
-        return 2
+        return _interrupted()
+    except SystemExit as exc:  # Lightning ends fit with sys.exit(1) after handling Ctrl-C itself
+        if isinstance(exc.__context__, KeyboardInterrupt) and not debug:
+            return _interrupted()
+        raise
+    except Exception as err:
+        found = None if debug else classify(err)
+        if found is None:
+            raise  # a bug, not the user's input: keep the traceback
+        print(f"biomoe: error: {found.message}", file=sys.stderr)
+        return found.exit_code
+    finally:
+        warnings.showwarning = shown
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None, *, fallback) -> None:
+    """``biomoe: warning: <message>`` for warnings raised in biomoe (they name the file or key
+    themselves); the usual file:line format for everyone else's."""
+    if issubclass(category, UserWarning) and os.path.abspath(filename).startswith(_PACKAGE + os.sep):
+        print(f"biomoe: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+    else:
+        fallback(message, category, filename, lineno, file, line)
+
+
+def _quiet_interrupt_notice(record: logging.LogRecord) -> bool:
+    return "Detected KeyboardInterrupt" not in record.getMessage()
+
+
+def _interrupted() -> int:
+    """Ctrl-C: one line and the shell's status for SIGINT. Checkpoints are written atomically, so
+    the last one that completed is intact; a write that was cut off left no file behind."""
+    from biomoe.training.user_errors import INTERRUPTED
+
+    print(f"biomoe: error: {INTERRUPTED}", file=sys.stderr)
+    return 130
 
 
 _ARG_NOISE = ("Does not validate against", "Subtypes:", "Errors:", "Given value", "tip:",
@@ -351,6 +462,10 @@ def summarize_argument_error(message: str) -> str:
             problems.append(line)
     if not problems:
         return " ".join(message.split())
+    choices = [re.fullmatch(r"Expected a typing\.Literal\[(.*)\]\.?", p) for p in problems]
+    if all(choices):  # a Literal union (e.g. trainer.precision): list the accepted values once
+        values = [v.strip().strip("'") for m in choices for v in m.group(1).split(",")]
+        problems = [f"must be one of {', '.join(dict.fromkeys(values))}"]
     text = "; ".join(dict.fromkeys(problems))
     return f"{'.'.join(keys)}: {text}" if keys else text
 

@@ -8,6 +8,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
+def save_figure(fig, out_path: str | Path, dpi: int) -> None:
+    """``fig.savefig`` atomically (the PNG appears complete or not at all, never over an input)."""
+    from biomoe.files import atomic_path
+
+    with atomic_path(out_path) as tmp:
+        fig.savefig(tmp, dpi=dpi)
+
+
 def read_metrics(csv_path: str | Path) -> dict[str, list[tuple[int, float]]]:
     """metrics.csv → {metric: [(step, value), ...]} skipping empty cells."""
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
@@ -64,7 +72,7 @@ def plot_training_curves(source: str | Path | Mapping[str, list[tuple[int, float
         axes[1].plot(steps, values)
     axes[1].set(xlabel="step", ylabel="tokens / s", title="Throughput")
     fig.tight_layout()
-    fig.savefig(out_path, dpi=110)
+    save_figure(fig, out_path, dpi=110)
     plt.close(fig)
     return out_path
 
@@ -119,7 +127,7 @@ def plot_validation_comparison(runs: dict[str, str | Path | tuple[str | Path, st
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: curves stay visible
     fig.tight_layout()
     out_path = Path(out_path)
-    fig.savefig(out_path, dpi=110)
+    save_figure(fig, out_path, dpi=110)
     plt.close(fig)
     return out_path
 
@@ -158,6 +166,6 @@ def plot_repeat_gain(windows: list[dict], out_path: str | Path, title: str) -> P
     axes[1].set_ylabel("% after a\ntraining k-mer")
     axes[1].set_xlabel("kb into the held-out region" + (" (contigs side by side)" if len(contigs) > 1 else ""))
     fig.tight_layout()
-    fig.savefig(out_path, dpi=120)
+    save_figure(fig, out_path, dpi=120)
     plt.close(fig)
     return out_path

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from biomoe.files import atomic_write
+
 
 class WindowScoreWriter(BasePredictionWriter):
     """Collects ``predict_step`` outputs and writes ``window_scores.tsv`` and ``per_base_loglik.npz``.
@@ -55,11 +57,13 @@ class WindowScoreWriter(BasePredictionWriter):
         # Under DDP each rank scores its own shard of windows: one file pair per rank.
         suffix = f".rank{trainer.global_rank}" if trainer.world_size > 1 else ""
         tsv, npz = self.output_dir / f"window_scores{suffix}.tsv", self.output_dir / f"per_base_loglik{suffix}.npz"
-        with open(tsv, "w", newline="") as handle:
+        # atomic, and never over an input of the run (the genome, the checkpoint, the config)
+        with atomic_write(tsv, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["window"], delimiter="\t")
             writer.writeheader()
             writer.writerows(rows)
-        np.savez_compressed(npz, **arrays)
+        with atomic_write(npz, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
         print(f"predictions: {tsv} ({len(rows)} windows), {npz}")
 
 

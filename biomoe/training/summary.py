@@ -83,10 +83,11 @@ def _plot(trainer: Any, history: MetricsHistory | None, log_dir: Path) -> Path |
     return plot_training_curves(metrics) if metrics.exists() else None
 
 
-def fit_summary(trainer: Any) -> str:
-    """The lines printed when ``fit`` ends (rank zero)."""
+def fit_summary(trainer: Any, log_dir: str | None = None) -> str:
+    """The lines printed when ``fit`` ends (rank zero). Pass ``trainer.log_dir`` read on every rank:
+    under several processes reading it is a collective."""
     history = find_history(trainer)
-    log_dir = Path(trainer.log_dir or trainer.default_root_dir)
+    log_dir = Path(log_dir or trainer.default_root_dir)
     lines = ["", "=== biomoe fit finished ==="]
     lines += _checkpoint_lines(trainer)
     metrics = log_dir / "metrics.csv"

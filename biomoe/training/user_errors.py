@@ -1,0 +1,176 @@
+"""Which exceptions are the user's input, and the one line that says so.
+
+biomoe's own checks raise :class:`~biomoe.errors.GenomeInputError` and
+:class:`~biomoe.model.config.ConfigError`, and the validation layer
+(:mod:`biomoe.training.validation`) catches out-of-range values before anything is built. What
+is left are errors that Lightning, torch or jsonargparse raise about values they were given; a
+user should see those as one line too, with the config key where it can be told, while a
+genuine bug must keep its traceback. The rule, :func:`classify`:
+
+* biomoe's errors anywhere in the exception chain, also re-raised from a DataLoader worker
+  (torch turns them into a ``RuntimeError`` holding the worker's traceback as text);
+* Lightning's ``MisconfigurationException``: Lightning's own word that a setting is wrong;
+* a ``ValueError``/``TypeError`` raised while the configuration is parsed or its classes are
+  instantiated (``LightningCLI.parse_arguments``/``instantiate_classes``), by Lightning, torch or
+  jsonargparse code or by the ``__init__`` of a configured class: at that point only the user's
+  values have been handled;
+* Lightning refusing a ``ckpt_path`` (``best`` with nothing to resolve it to, ...), or naming one
+  of its Trainer arguments in a ``ValueError`` once the data is known (``val_check_interval`` larger
+  than an epoch).
+
+Anything else (an ``AttributeError`` in a training step, a ``ValueError`` from our own code in the
+middle of a run) is a bug and is re-raised with its traceback.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+from dataclasses import dataclass
+from types import TracebackType
+
+from biomoe.errors import GenomeInputError
+from biomoe.model.config import ConfigError
+
+__all__ = ["INTERRUPTED", "UserError", "classify", "one_line"]
+
+_BUILD_PHASE = ("parse_arguments", "instantiate_classes", "_parse_ckpt_path", "_set_seed", "instantiate_trainer",
+                "_instantiate_trainer")
+_LIGHTNING = tuple(os.sep + name + os.sep for name in ("lightning", "lightning_fabric", "pytorch_lightning"))
+_LIBRARIES = _LIGHTNING + (os.sep + "torch" + os.sep, os.sep + "jsonargparse" + os.sep)
+_CKPT_SELECTION = ("_parse_ckpt_path", "_select_ckpt_path", "_restore_modules_and_callbacks", "resume_start")
+_MAX_CHARS = 400
+INTERRUPTED = ("interrupted (Ctrl-C); checkpoints already written are complete, the one being written (if any) "
+               "was discarded")
+
+
+@dataclass(frozen=True)
+class UserError:
+    """What the CLI prints (after ``biomoe: error: ``) and the exit status."""
+
+    message: str
+    exit_code: int = 2
+
+
+def one_line(text: str, limit: int = _MAX_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _chain(err: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while err is not None and all(err is not e for e in seen):
+        seen.append(err)
+        err = err.__cause__ or err.__context__
+    return seen
+
+
+def _frames(tb: TracebackType | None) -> list:
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+_WORKER = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.")
+
+
+def _from_worker(err: BaseException) -> UserError | None:
+    """biomoe's error raised inside a DataLoader worker: the last line of the worker's traceback."""
+    text = str(err)
+    match = _WORKER.match(text)
+    if not match or match.group(1) not in ("GenomeInputError", "ConfigError"):
+        return None
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    return UserError(one_line(last.split(": ", 1)[1] if ": " in last else last))
+
+
+def _trainer_params() -> set[str]:
+    from lightning.pytorch import Trainer
+
+    return set(inspect.signature(Trainer.__init__).parameters) - {"self"}
+
+
+def _key_from_message(message: str) -> str | None:
+    """``trainer.<arg>`` when Lightning's message names a Trainer argument (```max_steps```,
+    ``Trainer(devices='0')``, ``strategy='x'``)."""
+    params = _trainer_params()
+    for pattern in (r"Trainer\((\w+)=", r"`(\w+)`", r"\b(\w+)=", r"`(\w+)=", r"\b(\w+) must\b"):
+        for name in re.findall(pattern, message):
+            if name in params:
+                return f"trainer.{name}"
+    return None
+
+
+def _key_from_frames(frames: list) -> str | None:
+    """The configured class whose ``__init__`` raised (innermost first): trainer, a callback, ..."""
+    from lightning.pytorch import Callback, Trainer
+    from lightning.pytorch.loggers import Logger
+    from lightning.pytorch.strategies import Strategy
+
+    for frame in reversed(frames):
+        if frame.f_code.co_name != "__init__":
+            continue
+        owner = frame.f_locals.get("self")
+        if owner is None:
+            continue
+        name = type(owner).__name__
+        if isinstance(owner, Callback):
+            return f"trainer.callbacks.{name}"
+        if isinstance(owner, Logger):
+            return f"trainer.logger.{name}"
+        if isinstance(owner, Strategy):
+            return "trainer.strategy"
+        if isinstance(owner, Trainer):
+            return "trainer"
+    return None
+
+
+def _with_key(key: str | None, message: str) -> str:
+    if key is None or message.startswith(key):
+        return message
+    return f"{key}: {message}"
+
+
+def _raised_in(frames: list, prefixes: tuple[str, ...]) -> bool:
+    return bool(frames) and any(part in frames[-1].f_code.co_filename for part in prefixes)
+
+
+def classify(err: BaseException) -> UserError | None:
+    """The one line for a user-input error, or None for a bug (keep the traceback)."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from biomoe.training.callbacks import NonFiniteError
+
+    chain = _chain(err)
+    if any(isinstance(item, KeyboardInterrupt) for item in chain):
+        return UserError(INTERRUPTED, exit_code=130)  # e.g. torch's writer, cut off mid-write by Ctrl-C
+    for item in chain:
+        if isinstance(item, NonFiniteError):
+            return UserError(one_line(item), exit_code=1)  # training diverged: not an input error
+        if isinstance(item, (GenomeInputError, ConfigError)):
+            worker = _from_worker(item)
+            return worker or UserError(one_line(item))
+        worker = _from_worker(item)
+        if worker is not None:
+            return worker
+    for item in chain:
+        frames = _frames(item.__traceback__)
+        message = one_line(item)
+        if isinstance(item, MisconfigurationException):
+            return UserError(_with_key(_key_from_message(message) or _key_from_frames(frames), message))
+        if not isinstance(item, (ValueError, TypeError)):
+            continue
+        names = {frame.f_code.co_name for frame in frames}
+        if names & set(_BUILD_PHASE):
+            innermost_init = bool(frames) and frames[-1].f_code.co_name == "__init__"
+            if _raised_in(frames, _LIBRARIES) or innermost_init:
+                return UserError(_with_key(_key_from_message(message) or _key_from_frames(frames), message))
+        if names & set(_CKPT_SELECTION) and _raised_in(frames, _LIBRARIES):
+            return UserError(_with_key("ckpt_path", message))
+        key = _key_from_message(message) if _raised_in(frames, _LIGHTNING) else None
+        if key is not None:  # Lightning, mid-run, refusing one of the Trainer arguments by name
+            return UserError(_with_key(key, message))
+    return None
