@@ -199,3 +199,30 @@ def test_from_hparams_ignores_unknown_keys(three_genomes, cache_dir) -> None:
                                        batch_size=3)
     assert dm.seq_length == 64 and dm.batch_size == 3
     assert Genome(dm.fasta, cache_dir=cache_dir).names == ["contig_1", "big_2"]
+
+
+def test_weighted_sampling_resumes_mid_epoch_and_splits_between_ranks(three_genomes, cache_dir) -> None:
+    """A resumed run sees the batches the uninterrupted one would have; under DDP Lightning wraps the
+    sampler in DistributedSamplerWrapper, which must still give each rank its own part of the draw."""
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+
+    dm = datamodule(three_genomes, cache_dir, val_fraction=0.0, stride=10, sampling_temperature=3.0)
+    loader = dm.train_dataloader()
+    batches = iter(loader)
+    for _ in range(3):
+        next(batches)
+    state = loader.state_dict()
+    expected = [b["labels"] for b in batches]
+    resumed = datamodule(three_genomes, cache_dir, val_fraction=0.0, stride=10, sampling_temperature=3.0)
+    again = resumed.train_dataloader()
+    again.load_state_dict(state)
+    got = [b["labels"] for b in again]
+    assert len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected))
+
+    sampler = GenomeWeightedSampler(dm.train_dataset, dm.shares, seed=0)
+    draw = list(sampler)
+    ranks = [list(DistributedSamplerWrapper(sampler, num_replicas=2, rank=r, shuffle=False)) for r in (0, 1)]
+    padded = draw + draw[: 2 * len(ranks[0]) - len(draw)]  # DistributedSampler pads to equal shares
+    assert ranks[0] == padded[0::2] and ranks[1] == padded[1::2]
+    dm.train_dataset.set_epoch(1)
+    assert list(DistributedSamplerWrapper(sampler, num_replicas=2, rank=0, shuffle=False)) != ranks[0]
