@@ -46,11 +46,31 @@ class BuiltModel:
     def autocast(self) -> Iterator[None]:
         """The precision recipe (``te.autocast``; nothing for bf16); after the first forward,
         says once which TE kernels really ran, not only which were configured."""
-        with self.selection.precision.autocast():
+        with _fp32_default_dtype(self.selection.precision.recipe is not None), self.selection.precision.autocast():
             yield
         if not self._confirmed:
             self._confirmed = True
             self.announce("biomoe, first forward ran: " + kernels_that_ran(self.model))
+
+
+@contextlib.contextmanager
+def _fp32_default_dtype(active: bool) -> Iterator[None]:
+    """Under an FP8 recipe, tensors created without a dtype are fp32 again.
+
+    Lightning's ``bf16-true`` makes bf16 the default dtype for the whole forward; Transformer
+    Engine creates its FP8 scaling state (scales, amax histories, block scales) with the default
+    dtype, and in bf16 those overflow or lose the precision the recipe needs (non-finite gradients
+    from the first step). biomoe's own code always names its dtypes, so only TE sees the change.
+    """
+    if not active or torch.get_default_dtype() == torch.float32:
+        yield
+        return
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def kernels_that_ran(model: torch.nn.Module) -> str:

@@ -43,3 +43,38 @@ def test_expert_parallel_strategy_on_one_device_does_not_shard(tmp_path):
     trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([batch] * 2, batch_size=None))
     assert trainer.global_step == 2
     assert not any(isinstance(p, DTensor) for p in module.model.parameters())
+
+
+def test_fp8_forward_creates_undtyped_tensors_in_fp32_under_bf16_true():
+    """Lightning's bf16-true sets bf16 as the default dtype around the forward; under an FP8 recipe
+    TE's scaling state must still be created in fp32, and the default is restored afterwards."""
+    from biomoe.build import _fp32_default_dtype
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with _fp32_default_dtype(True):
+            assert torch.zeros(1).dtype == torch.float32
+        assert torch.zeros(1).dtype == torch.bfloat16
+        with _fp32_default_dtype(False):  # bf16 runs keep Lightning's setting
+            assert torch.zeros(1).dtype == torch.bfloat16
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def test_router_token_counts_stay_fp32_under_a_bf16_default():
+    """301 tokens is not a bf16 number: the aux loss must not depend on the default dtype."""
+    from biomoe.model.moe.router import TopKRouter
+
+    torch.manual_seed(0)
+    router = TopKRouter(8, 4, 2).float()
+    hidden = torch.randn(301, 8)
+    reference = router(hidden).aux_loss
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        aux = router(hidden).aux_loss
+    finally:
+        torch.set_default_dtype(previous)
+    assert aux.dtype == torch.float32
+    torch.testing.assert_close(aux, reference, rtol=0, atol=0)

@@ -51,7 +51,7 @@ class TEFusedTopKRouter(TopKRouter):
         if self.stats_reducer is None:
             aux = fused_moe_aux_loss(probs, counts, flat.shape[0], self.num_experts, self.top_k, 1.0)
             stats = (counts.float(), probs.detach().sum(0),
-                     torch.tensor(float(flat.shape[0]), device=flat.device))
+                     torch.full((), float(flat.shape[0]), dtype=torch.float32, device=flat.device))
         else:
             stats = self._global_stats(counts, probs)  # (counts, prob sums, tokens)
             aux = self._aux_loss(stats[1], stats[0], stats[2])

@@ -36,7 +36,8 @@ def load_balancing_loss(router_probs: Tensor, tokens_per_expert: Tensor, top_k: 
     and grows to E when one expert takes everything. ``f`` carries no gradient (it comes from a
     top-k); the gradient flows through ``P``.
     """
-    tokens = torch.full((), float(router_probs.shape[0]), device=router_probs.device)  # a fill, not a host copy
+    tokens = torch.full((), float(router_probs.shape[0]), dtype=torch.float32,
+                        device=router_probs.device)
     return load_balancing_loss_from_sums(router_probs.sum(0), tokens_per_expert.to(router_probs.dtype),
                                          tokens, top_k)
 
@@ -131,7 +132,7 @@ class TopKRouter(nn.Module):
 
     def _global_stats(self, counts: Tensor, probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         # torch.full launches a fill; torch.tensor(x, device=cuda) would copy from the host and sync.
-        tokens = torch.full((), float(probs.shape[0]), device=probs.device)
+        tokens = torch.full((), float(probs.shape[0]), dtype=torch.float32, device=probs.device)
         counts = counts.float()
         if self.stats_reducer is None:
             return counts, probs.sum(0), tokens
