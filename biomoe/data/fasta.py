@@ -189,10 +189,12 @@ def default_cache_dir(path: Path) -> Path:
 _FINGERPRINT_BYTES = 1 << 16
 
 
-def file_signature(path: Path) -> tuple[int, int, int, int]:
-    """(device, inode, size, mtime): what changes when a file is rewritten, replaced or truncated."""
+def file_signature(path: Path) -> tuple[int, int, int, int, int]:
+    """(device, inode, size, mtime, ctime): what changes when a file is rewritten, replaced or
+    truncated. The inode change time is in it because ``touch -r`` can restore an mtime but
+    nothing restores a ctime (a chmod changes it too: a false alarm is a stop, never wrong data)."""
     st = path.stat()
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _cache_key(path: Path) -> str:
@@ -486,7 +488,7 @@ class _PreparedFile:
     gzi: Path | None
     records: list[tuple[str, int]]
     layout: list[tuple[int, int, int]] | None = None  # expected .fai columns 3-5 when pyfaidx reads the source
-    signature: tuple[int, int, int, int] | None = None  # file_signature(source) when it was validated
+    signature: tuple[int, int, int, int, int] | None = None  # file_signature(source) when it was validated
 
 
 def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
@@ -783,7 +785,9 @@ class Genome:
             raise GenomeInputError(prep.source, "was removed or became unreadable while biomoe was reading it") from None
         if now != prep.signature:
             what = (f"size {prep.signature[2]:,} -> {now[2]:,} bytes" if now[2] != prep.signature[2] else
-                    "replaced by another file" if now[:2] != prep.signature[:2] else "modified in place")
+                    "replaced by another file" if now[:2] != prep.signature[:2] else
+                    "modified in place" if now[3] != prep.signature[3] else
+                    "its inode changed: content, permissions or links")
             raise GenomeInputError(prep.source, f"changed while biomoe was reading it ({what}); windows read from "
                                                 "it would not be the genome that was validated: restart the run")
 
