@@ -171,3 +171,21 @@ def test_kernels_line_names_the_precision_that_computes():
     selection = select_backends(ModelConfig(), RuntimeConfig(), torch.device("cpu"))
     assert "precision=fp32 (trainer.precision=32-true; no TE recipe)" in selection.summary("32-true")
     assert "precision=bf16 autocast, fp32 weights" in selection.summary("bf16-mixed")
+
+
+def test_other_fasta_on_the_command_line_drops_the_checkpoints_file_names():
+    """Scoring a held-out strain alone (--data.fasta strain.fa) must not inherit test_files that name
+    the pretraining collection's files; the split fractions still come from the checkpoint."""
+    from biomoe.training.checkpoint_data import data_keys_on_command_line, settings_to_apply
+
+    saved = {"fasta": ["a.fa", "b.fa"], "test_files": ["b"], "val_fraction": 0.05, "batch_size": 64,
+             "sampling_temperature": 2.0}
+    current = {"fasta": "x.fa", "test_files": None, "val_fraction": 0.1, "batch_size": 8,
+               "sampling_temperature": 1.0}
+    given = data_keys_on_command_line(["--data.fasta", "strain.fa", "--trainer.devices", "1"])
+    assert settings_to_apply(saved, current, given) == {"val_fraction": 0.05, "sampling_temperature": 2.0}
+    assert settings_to_apply(saved, current, set()) == {"fasta": ["a.fa", "b.fa"], "test_files": ["b"],
+                                                        "val_fraction": 0.05, "sampling_temperature": 2.0}
+    assert settings_to_apply(saved, current, data_keys_on_command_line(["--data", "d.yaml"])) == {}
+    assert data_keys_on_command_line(["--data.val_contigs+=chr2", "--data.file_weights.a=2"]) == {"val_contigs",
+                                                                                                 "file_weights"}

@@ -20,6 +20,10 @@ __all__ = ["READ_ONLY_KEYS", "checkpoint_data_settings", "data_keys_on_command_l
 READ_ONLY_KEYS = frozenset({"batch_size", "num_workers", "cache_dir"})
 """Data settings that say how to read, not what: the config's (or command line's) are kept."""
 
+FILE_KEYS = frozenset({"val_files", "test_files", "file_weights", "val_contigs", "test_contigs"})
+"""Settings that name files or contigs of the checkpoint's FASTA: they go with ``fasta``, so a
+command line that gives other FASTA files does not inherit them."""
+
 EVALUATING = ("validate", "test", "predict")
 
 
@@ -52,11 +56,12 @@ def data_keys_on_command_line(argv: Sequence[str]) -> set[str] | None:
 def settings_to_apply(saved: Mapping[str, Any], current: Mapping[str, Any],
                       given: set[str] | None) -> dict[str, Any]:
     """The checkpoint's values that differ from ``current`` (the parsed config) and that the user
-    did not set on the command line."""
+    did not set on the command line (nor, for names of files and contigs, other FASTA files)."""
     if given is None:
         return {}
+    skip = READ_ONLY_KEYS | given | (FILE_KEYS if "fasta" in given else frozenset())
     return {key: value for key, value in saved.items()
-            if key in current and key not in READ_ONLY_KEYS and key not in given and current[key] != value}
+            if key in current and key not in skip and current[key] != value}
 
 
 def describe(changes: Mapping[str, Any]) -> str:
