@@ -47,6 +47,16 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return rotated.to(x.dtype)
 
 
+def expand_kv_heads(k: Tensor, v: Tensor, num_heads: int) -> tuple[Tensor, Tensor]:
+    """Repeat grouped-query K/V heads ``[b, h_kv, s, d]`` up to ``num_heads`` for SDPA.
+
+    Expanding KV keeps every SDPA backend available (``enable_gqa`` limits the choice)."""
+    repeat = num_heads // k.shape[1]
+    if repeat == 1:
+        return k, v
+    return k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+
+
 class KVCache:
     """Keys and values of the tokens seen so far, one buffer per block, for incremental decoding.
 
@@ -99,11 +109,7 @@ class Attention(nn.Module):
             k, v = cache.update(layer_id, k, v)
         elif self.core_attention is not None:  # fused kernels are for training; decoding uses SDPA
             return self.o_proj(self.core_attention(q, k, v))
-        if self.num_kv_heads != self.num_heads:
-            # Expanding KV keeps every SDPA backend available (enable_gqa limits the choice).
-            repeat = self.num_heads // self.num_kv_heads
-            k = k.repeat_interleave(repeat, dim=1)
-            v = v.repeat_interleave(repeat, dim=1)
+        k, v = expand_kv_heads(k, v, self.num_heads)
         if past == 0:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif s == 1:  # one new token sees everything cached: no mask

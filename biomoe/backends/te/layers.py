@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from biomoe.model.transformer import expand_kv_heads
+
 
 class TERMSNorm(nn.RMSNorm):
     """``nn.RMSNorm`` whose CUDA forward is TE's RMSNorm kernel (weights shared, not copied)."""
@@ -83,8 +85,7 @@ class TECoreAttention:
         b, _, s, _ = q.shape
         if not q.is_cuda or q.dtype not in (torch.bfloat16, torch.float16):
             self.calls_fallback += 1
-            repeat = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+            k, v = expand_kv_heads(k, v, self.num_heads)
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             return out.transpose(1, 2).reshape(b, s, -1)
         self.calls_te += 1
