@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
+from biomoe.compat.torch import checkpoint_wrapper
 from biomoe.model.config import ConfigError
 from biomoe.backends.te.precision import fp8_recipe_active
 

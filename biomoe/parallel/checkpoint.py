@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -39,14 +38,9 @@ def load_model_state(dcp_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
 
     Keys are the LightningModule's (``model.blocks.0…``); no process group is needed.
     """
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    from biomoe.compat.torch import load_checkpoint_keys
 
-    state: dict[str, Any] = {}
-    _load_state_dict(state, storage_reader=FileSystemReader(str(dcp_dir)),
-                     planner=_EmptyStateDictLoadPlanner(keys={"state_dict"}), no_dist=True)
-    return state["state_dict"]
+    return load_checkpoint_keys(dcp_dir, {"state_dict"})["state_dict"]
 
 
 def consolidate(dcp_dir: str | os.PathLike, out_file: str | os.PathLike) -> Path:

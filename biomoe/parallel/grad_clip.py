@@ -16,6 +16,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.distributed.tensor import DTensor, Shard
 
+from biomoe.compat.torch import foreach_mul_, foreach_norm
+
 
 def _local_and_copies(grad: Tensor, world: int) -> tuple[Tensor, float]:
     """This rank's piece of ``grad`` and the number of world ranks that hold the same piece."""
@@ -40,7 +42,7 @@ def _by_device_and_dtype(tensors: list[Tensor]) -> dict[tuple, list[int]]:
 def global_grad_norm(parameters: Iterable[Tensor], group: dist.ProcessGroup | None = None) -> Tensor:
     """L2 norm of all gradients across every mesh (fp32, on the gradients' device).
 
-    Per-shard norms come from ``torch._foreach_norm`` (a few fused kernels, as
+    Per-shard norms come from ``torch._foreach_norm`` (:mod:`biomoe.compat.torch`) (a few fused kernels, as
     ``torch.nn.utils.clip_grad_norm_`` does); the per-parameter ``pow(2).sum()`` loop it replaces
     took 73 ms of CUDA time per step on a 2-layer Mixtral shape on one H200 (profiler tables in
     results/scaling/mixtral-1gpu-strategy-overhead)."""
@@ -53,7 +55,7 @@ def global_grad_norm(parameters: Iterable[Tensor], group: dist.ProcessGroup | No
     device = locals_[0].device
     total = torch.zeros((), dtype=torch.float32, device=device)
     for idx in _by_device_and_dtype(locals_).values():
-        norms = torch._foreach_norm([locals_[i] for i in idx], 2.0, dtype=torch.float32)
+        norms = foreach_norm([locals_[i] for i in idx], 2.0)
         copies = torch.tensor([pieces[i][1] for i in idx], dtype=torch.float32, device=device)
         total = total + (torch.stack([n.to(device) for n in norms]) ** 2 / copies).sum()
     if world > 1:
@@ -72,7 +74,7 @@ def clip_grad_norm_(parameters: Iterable[Tensor], max_norm: float,
     coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
     locals_ = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in params]
     for (dev, _), idx in _by_device_and_dtype(locals_).items():
-        torch._foreach_mul_([locals_[i] for i in idx], coef.to(dev))
+        foreach_mul_([locals_[i] for i in idx], coef.to(dev))
     return norm
 
 

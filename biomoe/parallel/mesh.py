@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from biomoe.compat.torch import flatten_mesh
+
 
 @dataclass(frozen=True)
 class ParallelDims:
@@ -75,8 +77,8 @@ def build_meshes(dims: ParallelDims, device_type: str) -> ParallelMeshes:
     """Create the root mesh and flatten the slices (``DeviceMesh._flatten``, as torchtitan does)."""
     root = init_device_mesh(device_type, (dims.dp_replicate, dims.dp_shard_mod_ep, dims.ep),
                             mesh_dim_names=("dp_replicate", "dp_shard_mod_ep", "ep"))
-    dp = root[("dp_replicate", "dp_shard_mod_ep", "ep")]._flatten("dp")
-    shard = root[("dp_shard_mod_ep", "ep")]._flatten("dp_shard")
+    dp = flatten_mesh(root[("dp_replicate", "dp_shard_mod_ep", "ep")], "dp")
+    shard = flatten_mesh(root[("dp_shard_mod_ep", "ep")], "dp_shard")
     if dims.dp_replicate > 1:
         dense = root[("dp_replicate", "dp_shard")]
         # HSDP for experts, except when one replica has a single copy of each expert: FSDP2

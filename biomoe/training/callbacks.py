@@ -16,6 +16,8 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
+from biomoe.compat.torch import foreach_norm
+
 __all__ = ["NonFiniteError", "NonFiniteGuard", "RouterCollapseMonitor"]
 
 
@@ -222,10 +224,7 @@ def nonfinite_per_tensor(tensors: list[Tensor]) -> Tensor | None:
     first = tensors[0].device
     for indices in groups.values():
         group = [tensors[i].detach() for i in indices]
-        try:
-            values = torch._foreach_norm(group, 2.0, dtype=torch.float32)
-        except (TypeError, RuntimeError):  # torch without the dtype argument: accumulate as stored
-            values = [v.float() for v in torch._foreach_norm(group, 2.0)]
+        values = foreach_norm(group, 2.0)
         for i, value in zip(indices, values):
             norms[i] = value.to(first)
     return ~torch.isfinite(torch.stack(norms))

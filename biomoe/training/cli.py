@@ -70,12 +70,13 @@ class BioMoECLI(LightningCLI):
         """Lightning's subcommands, then the ones :func:`main` runs itself (their stub parsers are
         never parsed): ``--help`` and an unknown subcommand's error then list every command."""
         super()._add_subcommands(parser, **kwargs)
-        subcommands = parser._subcommands_action
-        for choice in subcommands._choices_actions:
+        from biomoe.compat.lightning import add_subcommand, subcommand_choices
+
+        for choice in subcommand_choices(parser):
             choice.help = COMMAND_SUMMARIES.get(choice.dest, choice.help)
         for name in EXTRA_COMMANDS:
             stub = type(parser)(description=COMMAND_SUMMARIES[name], add_help=False)
-            subcommands.add_subcommand(name, stub, help=COMMAND_SUMMARIES[name])
+            add_subcommand(parser, name, stub, COMMAND_SUMMARIES[name])
 
     def before_instantiate_classes(self) -> None:
         """Register the inputs (no output may replace them) before anything is built."""

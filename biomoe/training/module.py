@@ -12,6 +12,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from biomoe.build import BuiltModel, build_model
+from biomoe.compat.lightning import logs_this_step
 from biomoe.model.config import ModelConfig, OptimConfig, RuntimeConfig
 from biomoe.model.losses import LN2, masked_cross_entropy_rows, masked_cross_entropy_sum, per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
@@ -124,7 +125,7 @@ class BioMoEModule(L.LightningModule):
             return  # gradient accumulation: no optimizer step ended here
         self._step_seen = self.global_step
         first = self._log_clock is None
-        if not first and not self.trainer._logger_connector.should_update_logs:
+        if not first and not logs_this_step(self.trainer):
             return
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -424,3 +424,18 @@ def test_repeat_mixture_callback_on_gpu_matches_the_scorer(tmp_path):
     expected = score(dm, log_probs, callback.table, callback.switch, callback.smoothing, batch_size=4)
     assert metrics["val/repeat_mix_bits_per_base"] == pytest.approx(expected["mixed_bits_per_base"], rel=1e-4)
     assert metrics["val/repeat_mix_bits_per_base"] < metrics["val/bits_per_base"]
+
+
+def test_transformer_engine_internals_in_compat_exist():
+    """biomoe.compat.transformer_engine names TE internals; a TE release that renames one fails here."""
+    import transformer_engine.pytorch as te
+    from transformer_engine.pytorch import ops
+
+    from biomoe.compat.transformer_engine import WEIGHT_TENSORS_HOOK, forward_op_names, fusers
+
+    assert callable(getattr(te.GroupedLinear, WEIGHT_TENSORS_HOOK, None))
+    mlp = ops.Sequential(ops.Linear(64, 64, bias=False, device=DEV, dtype=torch.bfloat16))
+    mlp(torch.randn(16, 64, device=DEV, dtype=torch.bfloat16))
+    groups = fusers(mlp)
+    assert groups and all(hasattr(g, "_basic_op_params") and hasattr(g, "_flat_basic_op_params") for g in groups)
+    assert forward_op_names(groups[0])

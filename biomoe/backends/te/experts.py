@@ -37,6 +37,8 @@ from torch import Tensor
 from biomoe.model.moe.experts import ExpertBackend, register_expert_backend, swiglu
 from biomoe.backends.te.availability import DeviceInfo, device_info, te_usable
 from biomoe.backends.te.precision import active_alignment
+from biomoe.compat.transformer_engine import (WEIGHT_TENSORS_HOOK, drop_parameters, forward_op_names, fusers,
+                                               set_fuser_parameters)
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +103,13 @@ def _stacked_grouped_linear_class() -> type:
                      device: torch.device, dtype: torch.dtype) -> None:
             super().__init__(num_gemms, in_features, out_features, bias=False, device="meta",
                              params_dtype=dtype)
+            drop_parameters(self, [f"weight{i}" for i in range(num_gemms)])
             for i in range(num_gemms):
-                del self._parameters[f"weight{i}"]
                 # bias=False leaves empty placeholder tensors; they must live on the real device.
                 setattr(self, f"bias{i}", torch.empty(0, dtype=dtype, device=device))
             self._stacked: Tensor | None = None
 
-        def _get_weight_tensors(self) -> list[Tensor]:
+        def stacked_weights(self) -> list[Tensor]:
             assert self._stacked is not None, "StackedGroupedLinear called without weights"
             return list(self._stacked.unbind(0))
 
@@ -118,6 +120,7 @@ def _stacked_grouped_linear_class() -> type:
             finally:
                 self._stacked = None
 
+    setattr(StackedGroupedLinear, WEIGHT_TENSORS_HOOK, StackedGroupedLinear.stacked_weights)
     return StackedGroupedLinear
 
 
@@ -208,8 +211,7 @@ class TEFusedMLPBackend(_TEBackendBase):
         act = ops.ScaledSwiGLU(glu_interleave_size=GLU_INTERLEAVE if self.interleave else None)
         fc2 = ops.GroupedLinear(experts, ffn, hidden, bias=False, device="meta", dtype=dtype)
         for op in (fc1, fc2):
-            for i in range(experts):
-                del op._parameters[f"weight{i}"]
+            drop_parameters(op, [f"weight{i}" for i in range(experts)])
         self.ops = (fc1, act, fc2)
         self.mlp = ops.Sequential(fc1, act, fc2)
         self.num_experts = experts
@@ -230,19 +232,8 @@ class TEFusedMLPBackend(_TEBackendBase):
         for op, ws in ((fc1, w1), (fc2, w2)):
             for i, w in enumerate(ws):
                 op.__dict__[f"weight{i}"] = w
-        for fuser in self._fusers():
-            fuser._basic_op_params = [w1 if op is fc1 else w2 if op is fc2 else []
-                                      for op in fuser._basic_ops]
-            fuser._basic_op_num_params = [len(p) for p in fuser._basic_op_params]
-            fuser._flat_basic_op_params = sum(fuser._basic_op_params, [])
-
-    def _fusers(self) -> list:
-        from transformer_engine.pytorch.ops.fuser import OperationFuser
-
-        groups = self.mlp._module_groups
-        if groups is None:
-            groups = self.mlp._module_groups = self.mlp._make_module_groups(self.mlp._modules.values())
-        return [g for g in groups if isinstance(g, OperationFuser)]
+        for fuser in fusers(self.mlp):
+            set_fuser_parameters(fuser, {id(fc1): w1, id(fc2): w2})
 
     def _compute(self, rows, splits, gate_up, down, probs):
         if probs is None:
@@ -287,8 +278,8 @@ class TEFusedMLPBackend(_TEBackendBase):
         if self.fused_path != "not run":
             return
         names = []
-        for fuser in self._fusers():
-            names += [type(op).__name__ for op, _ in fuser._forward_ops]
+        for fuser in fusers(self.mlp):
+            names += forward_op_names(fuser)
         fused = any("GroupedMLP" in n for n in names)
         self.fused_path = ("fused " if fused else "unfused ") + "+".join(names)
         log.info("te_fused forward ran: %s", self.fused_path)

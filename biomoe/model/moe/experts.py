@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from biomoe.compat.torch import grouped_mm, has_grouped_mm
+
 log = logging.getLogger(__name__)
 
 
@@ -118,7 +120,7 @@ class _ContiguousGrad(torch.autograd.Function):
 
 def grouped_mm_supported(rows: Tensor, *weights: Tensor) -> bool:
     """``torch._grouped_mm`` needs 16-byte aligned strides, and bf16 + sm90+ on CUDA."""
-    if not hasattr(torch, "_grouped_mm"):
+    if not has_grouped_mm():
         return False
     if rows.is_cuda:
         major, _ = torch.cuda.get_device_capability(rows.device)
@@ -156,9 +158,9 @@ class GroupedMMBackend(ExpertBackend):
                 self._warned = True
             return self._fallback(rows, tokens_per_expert, gate_up, down, probs)
         offsets = torch.cumsum(tokens_per_expert, dim=0).to(torch.int32)
-        hidden = torch._grouped_mm(rows, gate_up.transpose(-2, -1), offs=offsets)
+        hidden = grouped_mm(rows, gate_up.transpose(-2, -1), offsets)
         hidden = swiglu(_ContiguousGrad.apply(hidden))
-        out = torch._grouped_mm(hidden, down.transpose(-2, -1), offs=offsets)
+        out = grouped_mm(hidden, down.transpose(-2, -1), offsets)
         return _ContiguousGrad.apply(out)
 
 

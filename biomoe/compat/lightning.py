@@ -1,0 +1,35 @@
+"""Private Lightning / jsonargparse hooks biomoe relies on. Tested with Lightning 2.6 and
+jsonargparse 4.53.
+
+biomoe's CLI and progress bar override three private methods (their names are listed in
+``OVERRIDDEN``, so a test notices when Lightning renames one) and reads two private attributes,
+through the functions below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+TESTED_WITH = ("2.6",)
+
+OVERRIDDEN: dict[str, tuple[str, ...]] = {
+    "lightning.pytorch.cli.LightningCLI": ("_add_subcommands", "_parse_ckpt_path"),
+    "lightning.pytorch.callbacks.RichProgressBar": ("_get_train_description",),
+}
+"""Private methods biomoe's subclasses override: class path -> method names."""
+
+
+def subcommand_choices(parser: Any) -> Iterator[Any]:
+    """The help entries of a jsonargparse parser's subcommands (to set their one-line help)."""
+    yield from parser._subcommands_action._choices_actions
+
+
+def add_subcommand(parser: Any, name: str, subparser: Any, help: str) -> None:
+    """Register ``name`` in the parser's subcommands (listed by ``--help`` and in its errors)."""
+    parser._subcommands_action.add_subcommand(name, subparser, help=help)
+
+
+def logs_this_step(trainer: Any) -> bool:
+    """True when Lightning will write logged metrics this step (``log_every_n_steps``)."""
+    return bool(trainer._logger_connector.should_update_logs)

@@ -1,0 +1,63 @@
+"""Private PyTorch APIs biomoe relies on. Tested with torch 2.11 (CUDA 13.0) and 2.13 (CPU).
+
+- ``torch._grouped_mm``: all experts in one grouped GEMM (no public grouped GEMM yet);
+- ``torch._foreach_norm`` / ``torch._foreach_mul_``: one fused kernel per device and dtype for
+  gradient norms and clipping, instead of one per parameter;
+- ``checkpoint_wrapper``: torch's activation-checkpoint wrapper keeps state_dict keys unchanged
+  (it lives under ``torch.distributed.algorithms._checkpoint``);
+- ``DeviceMesh._flatten``: one process group over several mesh dimensions (as torchtitan does);
+- DCP's no-process-group loader with an empty planner: read chosen keys of a distributed
+  checkpoint in one process without building a template state dict.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+TESTED_WITH = ("2.11", "2.13")
+
+__all__ = ["TESTED_WITH", "checkpoint_wrapper", "flatten_mesh", "foreach_mul_", "foreach_norm",
+           "grouped_mm", "has_grouped_mm", "load_checkpoint_keys"]
+
+
+def has_grouped_mm() -> bool:
+    return hasattr(torch, "_grouped_mm")
+
+
+def grouped_mm(rows: Tensor, weights: Tensor, offsets: Tensor) -> Tensor:
+    """``rows [M, K] @ weights[g] [K, N]`` for each group of rows ending at ``offsets[g]``."""
+    return torch._grouped_mm(rows, weights, offs=offsets)
+
+
+def foreach_norm(tensors: list[Tensor], ord: float = 2.0) -> list[Tensor]:
+    """Per-tensor norms accumulated in fp32 (older torch without ``dtype``: in the stored dtype)."""
+    try:
+        return list(torch._foreach_norm(tensors, ord, dtype=torch.float32))
+    except (TypeError, RuntimeError):
+        return [v.float() for v in torch._foreach_norm(tensors, ord)]
+
+
+def foreach_mul_(tensors: list[Tensor], factor: Tensor) -> None:
+    torch._foreach_mul_(tensors, factor)
+
+
+def flatten_mesh(mesh: Any, name: str) -> Any:
+    """A 1-D mesh (and process group) over all dimensions of the sub-mesh ``mesh``."""
+    return mesh._flatten(name)
+
+
+def load_checkpoint_keys(dcp_dir: str | os.PathLike[str], keys: set[str]) -> dict[str, Any]:
+    """The top-level entries ``keys`` of a distributed checkpoint, loaded whole in this process."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, Any] = {}
+    _load_state_dict(state, storage_reader=FileSystemReader(os.fspath(dcp_dir)),
+                     planner=_EmptyStateDictLoadPlanner(keys=keys), no_dist=True)
+    return state
