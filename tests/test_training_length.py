@@ -140,3 +140,40 @@ def test_early_stopping_ends_a_run_whose_validation_turns_up(write_fasta, cache_
     trainer, _ = fit(tmp_path, dm, [length_cb, stop, seen], enable_checkpointing=False)
     assert trainer.global_step < length_cb.max_steps and len(seen.steps) < 8  # stopped before the end
     assert stop.wait_count >= stop.patience
+
+
+def test_init_weights_starts_a_fresh_run_from_another_runs_weights(write_fasta, cache_dir, tmp_path) -> None:
+    """Fine-tuning: the pretrained weights, but step 0, a new optimizer and the new data's length."""
+    from biomoe.errors import GenomeInputError
+    from biomoe.training.init_weights import InitWeights
+
+    first = datamodule(write_fasta({"c": random_dna(8_000, 1)}, name="first.fa"), cache_dir)
+    latest = ModelCheckpoint(dirpath=tmp_path / "pre" / "checkpoints", filename="last", save_top_k=1)
+    pre_trainer, pre = fit(tmp_path / "pre", first, [TrainingLength(passes=0.5, evaluations=1), latest])
+    weights = {k: v.clone() for k, v in pre.model.state_dict().items()}
+
+    second = datamodule(write_fasta({"d": random_dna(4_000, 2)}, name="second.fa"), cache_dir)
+    torch.manual_seed(1)
+    module = BioMoEModule(TINY, OptimConfig(lr=0.0, warmup_steps=1))
+    init = InitWeights(str(tmp_path / "pre"))  # a run folder: its checkpoint
+    from lightning.pytorch.callbacks import EMAWeightAveraging
+
+    # The average listed first: it must still start from the loaded weights, not the random ones.
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path / "ft",
+                        callbacks=[EMAWeightAveraging(device="cpu", decay=0.9, use_buffers=False), init,
+                                   TrainingLength(passes=0.1, evaluations=None)], limit_val_batches=0)
+    trainer.fit(module, datamodule=second)
+    assert init.loaded_from == str(tmp_path / "pre" / "checkpoints" / "last.ckpt")
+    assert 0 < trainer.global_step < pre_trainer.global_step  # a new, shorter run: not resumed
+    # lr 0: the weights stay the loaded ones, and so does the average copied in at the end (up to rounding)
+    params = dict(module.model.named_parameters())
+    assert params and all(torch.allclose(p, weights[name], atol=1e-6) for name, p in params.items())
+
+    wider = BioMoEModule(ModelConfig(hidden_size=64, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4,
+                                     top_k=2, ffn_hidden_size=32), OptimConfig())
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path / "bad",
+                        callbacks=[InitWeights(str(tmp_path / "pre"))], max_steps=1)
+    with pytest.raises(GenomeInputError, match="in the checkpoint, .* in this model"):
+        trainer.fit(wider, datamodule=second)
