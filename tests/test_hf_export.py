@@ -16,6 +16,7 @@ from biomoe.model.config import ConfigError, ModelConfig  # noqa: E402
 from biomoe.interop.hf import export_hf, import_hf  # noqa: E402
 from biomoe.inference.scoring import load_model  # noqa: E402
 from biomoe.model.transformer import MoETransformer  # noqa: E402
+from biomoe.data.tokenizer import NucleotideTokenizer  # noqa: E402
 from conftest import save_checkpoint  # noqa: E402
 
 
@@ -43,7 +44,9 @@ def tiny_cfg(**kw) -> ModelConfig:
 def test_transformers_gives_biomoe_logits(tmp_path, tie):
     model = write_ckpt(tmp_path / "m.ckpt", tiny_cfg(tie_embeddings=tie))
     out = export_hf(tmp_path / "m.ckpt", tmp_path / "hf")
-    assert {p.name for p in out.iterdir()} == {"config.json", "model.safetensors"}
+    assert {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json",
+                                               "tokenizer_config.json", "generation_config.json", "README.md"}
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no scratch files left behind
     hf = transformers.MixtralForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     assert hf.config.rms_norm_eps == 1e-6 and hf.config.tie_word_embeddings is tie
     ids = torch.randint(4, 8, (3, 64), generator=torch.Generator().manual_seed(1))
@@ -89,3 +92,85 @@ def test_dense_layers_and_routing_bias_are_refused(tmp_path, capsys):
     assert cli_main(["export-hf", str(tmp_path / "b.ckpt"), str(tmp_path / "hf2")]) == 2
     err = capsys.readouterr().err.strip()
     assert "routing bias" in err and len(err.splitlines()) == 1
+
+
+DNA_WITH_IUPAC = "ACGTNacgtnRYSWKMBDHVryswkmbdhv ACxGT\n"
+
+
+def write_trained_ckpt(path: Path, cfg: ModelConfig, data: dict | None = None, step: int | None = 120,
+                       score: float | None = 1.8919) -> Path:
+    """A checkpoint as ``fit`` leaves it: data settings, a step count and ModelCheckpoint's state."""
+    torch.manual_seed(0)
+    save_checkpoint(path, MoETransformer(cfg), cfg, data=data)
+    ckpt = torch.load(path, weights_only=False)
+    if step is not None:
+        ckpt["global_step"] = step
+    if score is not None:
+        ckpt["callbacks"] = {"ModelCheckpoint{'monitor': 'val/bits_per_base'}": {
+            "monitor": "val/bits_per_base", "best_model_score": torch.tensor(score),
+            "best_model_path": str(path), "best_k_models": {str(path): torch.tensor(score)}}}
+    torch.save(ckpt, path)
+    return path
+
+
+@pytest.mark.parametrize("fold", [True, False])
+def test_auto_tokenizer_gives_biomoe_ids(tmp_path, fold):
+    write_trained_ckpt(tmp_path / "m.ckpt", tiny_cfg(), data={"fasta": ["g.fa"], "fold_lowercase": fold})
+    out = export_hf(tmp_path / "m.ckpt", tmp_path / "hf")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    ours = NucleotideTokenizer(fold_lowercase=fold)
+    assert hf_tok("ACGTN")["input_ids"] == ours.encode("ACGTN", add_bos=True).tolist() == [1, 4, 5, 6, 7, 8]
+    ids = hf_tok(DNA_WITH_IUPAC)["input_ids"]
+    assert ids == ours.encode(DNA_WITH_IUPAC, add_bos=True).tolist()
+    assert (ids.count(ours.unk_id) > 3) is not fold  # lower case is <unk> only when training read it so
+    assert hf_tok.decode(hf_tok("ACGTNRYSWKMBDHV")["input_ids"], skip_special_tokens=True) == "ACGTNRYSWKMBDHV"
+    card = (out / "README.md").read_text()
+    assert ("lower-case bases are read as upper case" in card) is fold
+
+
+def test_generate_from_prompt_emits_only_bases(tmp_path):
+    write_trained_ckpt(tmp_path / "m.ckpt", tiny_cfg(), data={"fasta": ["g.fa"], "seq_length": 256})
+    out = export_hf(tmp_path / "m.ckpt", tmp_path / "hf")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert isinstance(model, transformers.MixtralForCausalLM)
+    assert model.generation_config.do_sample and model.generation_config.max_new_tokens == 256
+    prompts = ["ACGTTGCA", "ggatcc"]
+    prompt = tokenizer(prompts, return_tensors="pt", padding=True)  # left-padded: both end where sampling starts
+    assert prompt["input_ids"][1].tolist()[:3] == [0, 0, 1]
+    torch.manual_seed(0)
+    generated = model.generate(**prompt, max_new_tokens=64)
+    assert generated.shape == (2, prompt["input_ids"].shape[1] + 64)
+    assert torch.equal(generated[:, :prompt["input_ids"].shape[1]], prompt["input_ids"])
+    for text, row in zip(prompts, tokenizer.batch_decode(generated, skip_special_tokens=True)):
+        assert row[:len(text)] == text.upper() and len(row) == len(text) + 64 and set(row) <= set("ACGT"), row
+    # without the suppressed ids the padded vocabulary and the special tokens would be sampled too
+    torch.manual_seed(0)
+    unmasked = model.generate(**prompt, max_new_tokens=64, suppress_tokens=None)
+    assert not set(unmasked[:, prompt["input_ids"].shape[1]:].flatten().tolist()) <= {4, 5, 6, 7}
+
+
+def test_model_card_records_training(tmp_path):
+    data = {"fasta": ["genomes/ecoli.fa.gz", "genomes/phage.fa"], "seq_length": 512, "val_fraction": 0.1,
+            "test_files": ["genomes/phage.fa"]}
+    write_trained_ckpt(tmp_path / "m.ckpt", tiny_cfg(), data=data, step=120, score=1.8919)
+    card = (export_hf(tmp_path / "m.ckpt", tmp_path / "hf") / "README.md").read_text()
+    assert "MixtralForCausalLM" in card and "4 experts per layer" in card and "2 active per token" in card
+    assert "`ecoli.fa.gz`" in card and "`phage.fa`" in card and "512 bases" in card
+    assert "steps: 120" in card and "1.8919" in card and "AutoModelForCausalLM" in card
+
+    write_trained_ckpt(tmp_path / "bare.ckpt", tiny_cfg(), data=None, step=None, score=None)
+    card = (export_hf(tmp_path / "bare.ckpt", tmp_path / "hf2") / "README.md").read_text()
+    assert "steps: not recorded" in card and "bits/base (`val/bits_per_base`): not recorded" in card
+    assert "training data: not recorded" in card
+
+
+def test_export_never_writes_over_its_input(tmp_path, capsys):
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    ckpt = write_trained_ckpt(folder / "tokenizer.json", tiny_cfg())  # a checkpoint named like an output
+    before = ckpt.read_bytes()
+    assert cli_main(["export-hf", str(ckpt), str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is also an input" in err and len(err.splitlines()) == 1
+    assert ckpt.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["tokenizer.json"]

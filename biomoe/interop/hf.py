@@ -1,5 +1,9 @@
 """Export a biomoe checkpoint as a transformers ``MixtralForCausalLM`` folder, and import one back.
 
+The export is a complete folder: weights and config, a tokenizer with biomoe's ids, sampling
+defaults that emit only bases, and a model card (see :mod:`biomoe.interop.hf_tokenizer` and
+:mod:`biomoe.interop.model_card`).
+
 biomoe's weights already use Mixtral's conventions (rotate-half RoPE, gate-then-up SwiGLU, softmax →
 top-k → renormalise routing, pre-norm RMSNorm), so conversion is a renaming plus a config. The
 experts are written in the per-expert ``block_sparse_moe.experts.{j}.w1/w2/w3`` layout of the
@@ -32,6 +36,8 @@ from biomoe.inference.run_folder import resolve_checkpoint
 from biomoe.inference.scoring import load_model
 from biomoe.model.transformer import MoETransformer
 from biomoe.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from biomoe.interop.hf_tokenizer import write_generation_config, write_tokenizer
+from biomoe.interop.model_card import model_card, training_record
 
 __all__ = ["export_hf", "import_hf", "to_hf_state_dict", "from_hf_state_dict", "hf_config"]
 
@@ -44,6 +50,8 @@ _LAYER_RENAMES = {  # biomoe block suffix -> HF decoder-layer suffix (plain tens
     "attn.o_proj.weight": "self_attn.o_proj.weight",
     "mlp.router.gate.weight": "block_sparse_moe.gate.weight",
 }
+_EXPORTED_FILES = ("model.safetensors", "config.json", "generation_config.json", "README.md",
+                   "tokenizer.json", "tokenizer_config.json")
 _TOP_RENAMES = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
                 "lm_head.weight": "lm_head.weight"}
 
@@ -168,17 +176,28 @@ def from_hf_state_dict(hf: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Ten
 
 
 def export_hf(ckpt_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> Path:
-    """Write ``config.json`` + ``model.safetensors`` for MixtralForCausalLM; returns the folder.
-    ``ckpt_path`` may be a run folder: its best checkpoint is exported."""
+    """Write a complete transformers folder for MixtralForCausalLM; returns the folder.
+
+    ``model.safetensors`` + ``config.json`` (the model), ``tokenizer.json`` + ``tokenizer_config.json``
+    (biomoe's ids, see :mod:`biomoe.interop.hf_tokenizer`), ``generation_config.json`` (samples
+    A/C/G/T only) and ``README.md`` (a model card from what the checkpoint records). ``ckpt_path``
+    may be a run folder: its best checkpoint is exported."""
     from safetensors.torch import save_file
 
     ckpt_path = resolve_checkpoint(ckpt_path)
     out = Path(out_dir)
-    check_outputs([out / "config.json", out / "model.safetensors"], [ckpt_path])
+    check_outputs([out / name for name in _EXPORTED_FILES], [ckpt_path])
     model = load_model(ckpt_path)
     tensors = to_hf_state_dict(model)
+    record = training_record(ckpt_path)
+    context = record.data.get("seq_length")
+    context = context if isinstance(context, int) and context > 0 else None
     with atomic_path(out / "model.safetensors") as tmp:  # weights first: config.json names a complete folder
         save_file(tensors, str(tmp), metadata={"format": "pt"})
+    write_tokenizer(out, fold_lowercase=bool(record.data.get("fold_lowercase", True)), model_max_length=context)
+    write_generation_config(out, model.config.vocab_size, max_new_tokens=context or 1024)
+    total = sum(t.numel() for t in tensors.values())
+    write_text(out / "README.md", model_card(model.config, total, record, Path(ckpt_path).name))
     write_text(out / "config.json", json.dumps(hf_config(model.config), indent=2) + "\n")
     return out
 
@@ -244,7 +263,8 @@ def _convert_main(argv: list[str], prog: str, description: str, source: str, des
 
 
 def export_main(argv: list[str]) -> int:
-    return _convert_main(argv, "biomoe export-hf", "checkpoint -> MixtralForCausalLM folder",
+    return _convert_main(argv, "biomoe export-hf",
+                         "checkpoint -> MixtralForCausalLM folder (weights, tokenizer, generation config, model card)",
                          "ckpt", "out_dir", export_hf)
 
 

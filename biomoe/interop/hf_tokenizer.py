@@ -1,0 +1,87 @@
+"""biomoe's nucleotide tokenizer and sampling defaults as Hugging Face files.
+
+An exported folder has to be usable with ``AutoTokenizer`` + ``AutoModelForCausalLM`` alone, so
+the tokenizer is rebuilt with the ``tokenizers`` library to give exactly the ids of
+:class:`~biomoe.data.tokenizer.NucleotideTokenizer`: a WordLevel vocabulary holding biomoe's
+tokens at biomoe's ids, a pre-tokenizer that makes every character one token (so positions stay
+genome coordinates), lowercase folded to uppercase as training did (soft-masked repeats), anything
+else ``<unk>``, and ``<bos>`` prepended because every training window starts with it.
+
+The model's embedding table is padded past the 19 real tokens, and it never saw a window that
+emits a special token or an ambiguity code. ``generation_config.json`` therefore suppresses every
+id except A, C, G and T (the bases biomoe's own ``generate`` emits), so ``model.generate()``
+writes DNA and stops at ``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from biomoe.data.tokenizer import BOS_ID, EOS_ID, IUPAC_AMBIGUITY, NUCLEOTIDES, PAD_ID, NucleotideTokenizer
+from biomoe.files import write_bytes, write_text
+from biomoe.inference.generate import emitted_token_ids
+
+__all__ = ["build_hf_tokenizer", "hf_generation_config", "write_generation_config", "write_tokenizer"]
+
+_PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # the name transformers 4.x and 5.x both load
+
+
+def build_hf_tokenizer(fold_lowercase: bool = True, model_max_length: int | None = None):
+    """A ``PreTrainedTokenizerFast`` whose ids equal ``NucleotideTokenizer(fold_lowercase).encode(s, add_bos=True)``."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    biomoe_tokens = NucleotideTokenizer(fold_lowercase=fold_lowercase).tokens
+    tokenizer = Tokenizer(models.WordLevel({token: i for i, token in enumerate(biomoe_tokens)}, unk_token="<unk>"))
+    if fold_lowercase:
+        tokenizer.normalizer = normalizers.Sequence(
+            [normalizers.Replace(base.lower(), base) for base in NUCLEOTIDES + IUPAC_AMBIGUITY])
+    # one token per character, whitespace included (biomoe reads it as <unk> too)
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", BOS_ID)])
+    tokenizer.decoder = decoders.Fuse()  # bases joined without spaces
+    extra = {} if model_max_length is None else {"model_max_length": model_max_length}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
+        padding_side="left",  # batched prompts for a decoder-only model end where generation starts
+        **extra)
+
+
+def write_tokenizer(out: Path, fold_lowercase: bool = True, model_max_length: int | None = None) -> list[str]:
+    """Write the tokenizer files into ``out`` (each one atomically); returns their names.
+
+    ``save_pretrained`` writes plain files, so it writes into a scratch folder beside ``out`` and
+    every file is then moved in through biomoe's atomic, input-guarded writer."""
+    tokenizer = build_hf_tokenizer(fold_lowercase, model_max_length)
+    names: list[str] = []
+    with tempfile.TemporaryDirectory(prefix=".tokenizer.", dir=out) as scratch:
+        tokenizer.save_pretrained(scratch)
+        for path in sorted(Path(scratch).iterdir()):
+            if not path.is_file():
+                continue
+            if path.name == "tokenizer_config.json":
+                settings = json.loads(path.read_text())
+                settings["tokenizer_class"] = _PORTABLE_TOKENIZER_CLASS
+                write_text(out / path.name, json.dumps(settings, indent=2) + "\n")
+            else:
+                write_bytes(out / path.name, path.read_bytes())
+            names.append(path.name)
+    return names
+
+
+def hf_generation_config(vocab_size: int, max_new_tokens: int = 1024):
+    """Sampling defaults: plain sampling from the model's distribution over A/C/G/T."""
+    from transformers import GenerationConfig
+
+    allowed = set(emitted_token_ids())
+    return GenerationConfig(
+        bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+        do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
+        suppress_tokens=[i for i in range(vocab_size) if i not in allowed])
+
+
+def write_generation_config(out: Path, vocab_size: int, max_new_tokens: int = 1024) -> None:
+    write_text(out / "generation_config.json", hf_generation_config(vocab_size, max_new_tokens).to_json_string())
