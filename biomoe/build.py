@@ -91,7 +91,8 @@ def kernels_that_ran(model: torch.nn.Module) -> str:
 
 def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
                 device: torch.device | str | None = None, plan: ParallelPlan | None = None,
-                announce: Callable[[str], None] = log.info, trainer_precision: str | None = None) -> BuiltModel:
+                announce: Callable[[str], None] = log.info, trainer_precision: str | None = None,
+                model: MoETransformer | None = None) -> BuiltModel:
     """Assemble the model for ``device`` (where its kernels will run) and the parallel ``plan``.
     ``trainer_precision`` (Lightning's) only makes the announced line say what really computes.
 
@@ -107,7 +108,10 @@ def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
 
         check_precision_for_checkpointing(selection.precision.name)
 
-    model = MoETransformer(config, selection.backends)
+    if model is None:
+        model = MoETransformer(config, selection.backends)
+    # else: a plain model the caller built (e.g. given weights); it keeps its own kernels and gets
+    # the same parallel steps, in the same order.
     if plan is not None:
         from biomoe.parallel.parallelize import apply_expert_parallelism
 

@@ -55,7 +55,9 @@ class BioMoEModule(L.LightningModule):
 
     # ----------------------------------------------------------------------------------- model
     def configure_model(self) -> None:
-        if self.model is not None:
+        """Build the model with :func:`biomoe.build.build_model` (once). A model assigned to
+        ``self.model`` beforehand (e.g. with given weights) is parallelised as it is."""
+        if self.built is not None:
             return
         from lightning.pytorch.utilities import rank_zero_info
 
@@ -67,7 +69,8 @@ class BioMoEModule(L.LightningModule):
         self.built = build_model(self.config, self.runtime, device,
                                  plan=plan_for() if plan_for is not None else None,
                                  announce=rank_zero_info,
-                                 trainer_precision=str(self._trainer.precision) if self._trainer is not None else None)
+                                 trainer_precision=str(self._trainer.precision) if self._trainer is not None else None,
+                                 model=self.model)
         self.model = self.built.model
 
     def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
@@ -90,6 +93,8 @@ class BioMoEModule(L.LightningModule):
             super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def forward(self, input_ids: Tensor):
+        if self.built is None:  # used outside a Trainer: build on the module's device
+            self.configure_model()
         with self.built.autocast():
             return self.model(input_ids)
 
