@@ -13,12 +13,19 @@ that, so this module:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 TESTED_WITH = ("2.20.2",)
 
 WEIGHT_TENSORS_HOOK = "_get_weight_tensors"
 """``te.GroupedLinear`` method returning the list of per-GEMM weights."""
+
+
+def fp8_recipe_active() -> bool:
+    """True inside TE's FP8 autocast. Never imports TE: if it is not loaded, no recipe is active."""
+    te_quantization = sys.modules.get("transformer_engine.pytorch.quantization")
+    return te_quantization is not None and bool(te_quantization.FP8GlobalStateManager.is_fp8_enabled())
 
 
 def drop_parameters(module: Any, names: list[str]) -> None:

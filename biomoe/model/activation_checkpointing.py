@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from biomoe.compat.torch import checkpoint_wrapper
+from biomoe.compat.transformer_engine import fp8_recipe_active
 from biomoe.model.config import ConfigError
-from biomoe.backends.te.precision import fp8_recipe_active
 
 RECOMPUTE_UNSAFE_PRECISIONS = ("fp8-delayed",)
 """Recipes whose recomputed gradients did not match a step without checkpointing (H200)."""

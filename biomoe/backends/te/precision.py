@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from biomoe.errors import ConfigError
+from biomoe.compat.transformer_engine import fp8_recipe_active
 from biomoe.precisions import PRECISIONS, PrecisionSpec, parse_precision
 from biomoe.backends.te.availability import DeviceInfo
 
@@ -162,12 +162,6 @@ class PrecisionContext:
 
     def __repr__(self) -> str:
         return f"PrecisionContext({self.name}, recipe={type(self.recipe).__name__ if self.recipe else None})"
-
-
-def fp8_recipe_active() -> bool:
-    """True inside TE's FP8 autocast. Never imports TE: if it is not loaded, no recipe is active."""
-    te_quantization = sys.modules.get("transformer_engine.pytorch.quantization")
-    return te_quantization is not None and bool(te_quantization.FP8GlobalStateManager.is_fp8_enabled())
 
 
 def active_alignment() -> int:
