@@ -243,3 +243,28 @@ def test_fit_does_not_overwrite_its_config(tmp_path: Path, capsys) -> None:
     assert code == 2
     assert "config.yaml: is also an input" in _error_line(capsys.readouterr().err)
     assert config.read_bytes() == before
+
+
+def test_import_hf_cut_off_mid_write_keeps_the_previous_checkpoint(inputs: dict[str, Path], tmp_path: Path,
+                                                                   capsys, monkeypatch) -> None:
+    """import-hf wrote with a plain torch.save: killed mid-write, it left a 0-byte or truncated file
+    where the previous checkpoint was."""
+    from biomoe.interop.hf import import_hf
+
+    assert main(["export-hf", str(inputs["ckpt"]), str(tmp_path / "hf")]) == 0
+    out = tmp_path / "imported.ckpt"
+    assert main(["import-hf", str(tmp_path / "hf"), str(out)]) == 0
+    capsys.readouterr()
+    before = out.read_bytes()
+    real_save = torch.save
+
+    def dies_half_way(obj, handle, *args, **kwargs):
+        handle.write(before[: len(before) // 2])
+        raise SystemExit("killed")  # what the process sees of a kill is that it never finishes
+
+    monkeypatch.setattr(torch, "save", dies_half_way)
+    with pytest.raises(SystemExit):
+        import_hf(tmp_path / "hf", out)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert out.read_bytes() == before
+    assert not list(tmp_path.glob(".imported.ckpt.*"))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from biomoe.data.fasta import Genome  # noqa: E402
@@ -60,7 +60,8 @@ def _assert_contract(code: int, stderr: str, ok_codes: tuple[int, ...] = (0, 2))
 
 
 # ------------------------------------------------------------------------------------- FASTA
-_GOOD_LINE = st.text(alphabet="ACGTNacgtnRYKM", min_size=1, max_size=70)
+_GOOD_LINE = st.text(alphabet="ACGTacgt", min_size=1, max_size=70)
+_AMBIGUOUS_LINE = st.text(alphabet="ACGTNnRYKMSWBDHV", min_size=1, max_size=70)
 _BAD_LINE = st.text(alphabet="ACGTJUX*-. \t0é\x00\x01", min_size=1, max_size=20)
 _HEADER = st.sampled_from([">c1", ">c2 desc", ">c1", ">", "> ", ">\tx", ">contig_1 len=4", ">é", "@read"])
 _LINE = st.one_of(_GOOD_LINE, _GOOD_LINE, _GOOD_LINE, _BAD_LINE, _HEADER, st.just(""))
@@ -76,9 +77,11 @@ def test_any_fasta_opens_or_is_one_line_naming_it(data) -> None:
         try:
             genome = Genome(path, cache_dir=Path(folder) / "cache")
         except GenomeInputError as exc:
+            event("refused")
             message = str(exc)
             assert message.startswith(f"{path}: ") and "\n" not in message, message
         else:
+            event("opened")
             for contig in genome.contigs:  # what it accepted reads back in full, IUPAC only
                 bases = genome.fetch(contig.name, 0, contig.length)
                 assert len(bases) == contig.length
@@ -86,28 +89,50 @@ def test_any_fasta_opens_or_is_one_line_naming_it(data) -> None:
         assert path.read_bytes() == content
 
 
+_DAMAGE = ["none", "none", "ambiguous", "bad-line", "blank-line", "crlf", "cr-only", "duplicate", "empty-record",
+           "no-header", "bom", "gzip", "gzip-cut", "bgzf", "binary-prefix", "lowercase", "trailing-space-header"]
+
+
 def _draw_fasta(data) -> bytes:
-    lines = data.draw(st.lists(_LINE, min_size=0, max_size=12))
-    if data.draw(st.booleans()):
-        lines.insert(0, data.draw(_HEADER))
-    newline = data.draw(st.sampled_from(["\n", "\n", "\r\n", "\r"]))
-    content = newline.join(lines).encode("utf-8")
-    if data.draw(st.booleans()):
-        content += newline.encode()
-    packing = data.draw(st.sampled_from(["plain", "plain", "gzip", "gzip-cut", "bgzf", "binary-prefix"]))
-    if packing == "gzip":
+    """Mostly valid FASTA (two records of a few lines) with 0-2 damages from real-world mistakes
+    (stray characters, line endings, repeated or empty records, compression cut short, ...)."""
+    records = [(name, data.draw(st.lists(_GOOD_LINE, min_size=1, max_size=6))) for name in ("c1", "c2")]
+    damages = data.draw(st.lists(st.sampled_from(_DAMAGE), min_size=0, max_size=2))
+    lines: list[str] = []
+    for name, seq in records:
+        lines.append(f">{name} sample" + (" " if "trailing-space-header" in damages else ""))
+        lines.extend(seq)
+    if "ambiguous" in damages:  # IUPAC codes: valid, but windows with too many are not trained on
+        lines.insert(data.draw(st.integers(1, len(lines))), data.draw(_AMBIGUOUS_LINE))
+    if "bad-line" in damages:
+        lines.insert(data.draw(st.integers(0, len(lines))), data.draw(_BAD_LINE))
+    if "blank-line" in damages:
+        lines.insert(data.draw(st.integers(1, len(lines))), "")
+    if "duplicate" in damages:
+        lines += [">c1", "ACGT"]
+    if "empty-record" in damages:
+        lines.insert(data.draw(st.integers(0, len(lines))), data.draw(_HEADER))
+    if "no-header" in damages:
+        lines = [line for line in lines if not line.startswith(">")]
+    if "lowercase" in damages:
+        lines = [line if line.startswith(">") else line.lower() for line in lines]
+    newline = "\r\n" if "crlf" in damages else "\r" if "cr-only" in damages else "\n"
+    content = (newline.join(lines) + newline).encode("utf-8")
+    if "bom" in damages:
+        content = b"\xef\xbb\xbf" + content
+    if "gzip" in damages:
         content = gzip.compress(content)
-    elif packing == "gzip-cut":
+    if "gzip-cut" in damages:
         packed = gzip.compress(content)
         content = packed[: data.draw(st.integers(0, max(len(packed) - 1, 0)))]
-    elif packing == "bgzf":
+    if "bgzf" in damages:
         from Bio import bgzf
 
         with tempfile.NamedTemporaryFile(suffix=".gz") as handle:
             with bgzf.BgzfWriter(handle.name, "wb") as writer:
                 writer.write(content)
             content = Path(handle.name).read_bytes()
-    elif packing == "binary-prefix":
+    if "binary-prefix" in damages:
         content = bytes(data.draw(st.lists(st.integers(0, 255), min_size=1, max_size=16))) + content
     return content
 
@@ -119,9 +144,10 @@ def test_markov_on_any_fasta_keeps_the_contract(data) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "g.fa"
         path.write_bytes(content)
-        code, stderr = _run(["markov", str(path), "--seq-length", "8", "--max-order", "1",
+        code, stderr = _run(["markov", str(path), "--seq-length", "4", "--val-fraction", "0.5", "--max-order", "1",
                              "--json", str(Path(folder) / "out.json")])
         _assert_contract(code, stderr)
+        event(f"exit {code}")  # --hypothesis-show-statistics: how many were scored, how many refused
         assert path.read_bytes() == content
 
 
@@ -133,15 +159,24 @@ _ALLELE = st.one_of(st.sampled_from(list("ACGTN")), st.text(alphabet="ACGTacgtNX
 
 @st.composite
 def variant_line(draw) -> str:
-    contig = draw(st.sampled_from(["c1", "c1", "c1", "chr9", "", "#c1"]))
-    position = draw(_POSITION)
-    if draw(st.booleans()) and position.isdigit() and 1 <= int(position) <= len(GENOME):
-        ref = GENOME[int(position) - 1]  # mostly real reference alleles, so some rows score
-        alt = draw(st.sampled_from([b for b in "ACGT" if b != ref] + ["N", ref, "AC"]))
-    else:
-        ref, alt = draw(_ALLELE), draw(_ALLELE)
-    fields = [contig, position, ref, alt][: draw(st.integers(2, 4))] + draw(st.lists(st.just("extra"), max_size=1))
-    return draw(st.sampled_from(["\t", " "])).join(fields)
+    """A correct substitution most of the time (so tables get scored), else a typical mistake."""
+    position = draw(st.integers(1, len(GENOME)))
+    ref = GENOME[position - 1]
+    fields = ["c1", str(position), ref, draw(st.sampled_from([b for b in "ACGT" if b != ref]))]
+    mistake = draw(st.sampled_from(["none"] * 6 + ["contig", "position", "ref", "alt", "columns", "comment"]))
+    if mistake == "contig":
+        fields[0] = draw(st.sampled_from(["chr9", "", "C1"]))
+    elif mistake == "position":
+        fields[1] = draw(_POSITION)
+    elif mistake == "ref":
+        fields[2] = draw(_ALLELE)
+    elif mistake == "alt":
+        fields[3] = draw(_ALLELE)
+    elif mistake == "columns":
+        fields = fields[: draw(st.integers(1, 3))]
+    elif mistake == "comment":
+        fields[0] = "#" + fields[0]
+    return draw(st.sampled_from(["\t", "\t", " "])).join(fields)
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +196,7 @@ def scoring_inputs(tmp_path_factory) -> dict[str, Path]:
     return {"fasta": fasta, "ckpt": save_checkpoint(folder / "m.ckpt", MoETransformer(cfg), cfg)}
 
 
-@given(lines=st.lists(variant_line(), min_size=0, max_size=6), header=st.booleans())
+@given(lines=st.lists(variant_line(), min_size=0, max_size=5), header=st.booleans())
 @settings(max_examples=_examples(30), suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                              HealthCheck.too_slow])
 def test_any_variant_table_scores_or_is_one_line(scoring_inputs, lines: list[str], header: bool) -> None:
@@ -174,6 +209,7 @@ def test_any_variant_table_scores_or_is_one_line(scoring_inputs, lines: list[str
         code, stderr = _run(["score-variants", str(scoring_inputs["ckpt"]), str(scoring_inputs["fasta"]),
                              "--variants", str(table), "--out", str(out), "--window", "64", "--no-progress"])
         _assert_contract(code, stderr)
+        event(f"exit {code}")
         if code == 0:  # a result is a number per variant, never NaN
             rows = out.read_text().splitlines()[1:]
             assert rows and all(math.isfinite(float(row.split("\t")[-1])) for row in rows)
@@ -235,5 +271,6 @@ def test_fit_with_any_value_runs_or_is_one_line(key: str, value) -> None:
                 "--trainer.val_check_interval", "1", f"--{key}", str(value)]
         code, stderr = _run(argv)
         _assert_contract(code, stderr, ok_codes=(0, 1, 2))  # 1: training diverged (NonFiniteGuard), one line
+        event(f"exit {code}")
         if code == 2:
             assert key in stderr.splitlines()[-1], stderr[-1000:]

@@ -36,6 +36,7 @@ def _fit(tmp_path: Path, *extra: str) -> list[str]:
 # a meaningless setting and exited 0.
 BAD_VALUES = [
     (["--model.optim.lr", "-0.001"], "model.optim.lr: must be > 0, got -0.001"),
+    (["--model.optim.lr", "-1e-3"], "model.optim.lr: must be > 0, got -0.001"),  # not taken for an option
     (["--model.optim.lr", "nan"], "model.optim.lr: Expected a <class 'float'>. Got value: nan"),  # jsonargparse
     (["--model.optim.betas", "[1.5, 0.9]"], "model.optim.betas[0]: must be in [0, 1), got 1.5"),
     (["--model.optim.betas", "[0.9]"], "model.optim.betas: Expected a tuple with 2 elements"),

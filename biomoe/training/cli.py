@@ -63,6 +63,10 @@ COMMAND_SUMMARIES: dict[str, str] = {
 RUNTIME_SWITCHES: tuple[str, ...] = ("runtime",)
 
 
+# A negative number, also in scientific notation, is a value and never an option name.
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$")
+
+
 class BioMoECLI(LightningCLI):
     """LightningCLI that reports where results went after ``fit`` and checks vocab sizes."""
 
@@ -77,6 +81,14 @@ class BioMoECLI(LightningCLI):
         for name in EXTRA_COMMANDS:
             stub = type(parser)(description=COMMAND_SUMMARIES[name], add_help=False)
             add_subcommand(parser, name, stub, COMMAND_SUMMARIES[name])
+
+    def init_parser(self, **kwargs):
+        """Lightning's parser, reading ``-1e-3`` as a number (Python 3.11's argparse takes a negative
+        number in scientific notation for an option: ``--model.optim.lr -1e-3`` failed with
+        "argument --model.optim: expected one argument")."""
+        parser = super().init_parser(**kwargs)
+        parser._negative_number_matcher = NEGATIVE_NUMBER
+        return parser
 
     def before_instantiate_classes(self) -> None:
         """Register the inputs (no output may replace them) before anything is built."""
