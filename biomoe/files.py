@@ -131,14 +131,11 @@ def file_mode() -> int:
 def _destination(path: PathLike) -> Path:
     """Where the bytes go: through a symlink to its target (as ``open`` would write), refusing
     folders and registered inputs."""
-    dest = Path(path).expanduser()
-    if dest.is_symlink():
-        dest = Path(os.path.realpath(dest))
+    given = Path(path).expanduser()
+    check_not_input(given)  # named as the user gave it; realpath and inode see through links
+    dest = Path(os.path.realpath(given)) if given.is_symlink() else given
     if dest.is_dir():
         raise GenomeInputError(path, "is a folder; a file name is needed here")
-    check_not_input(dest)
-    if dest != Path(path).expanduser():
-        check_not_input(path)
     return dest
 
 

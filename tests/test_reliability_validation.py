@@ -76,11 +76,42 @@ BAD_VALUES = [
 ]
 
 
-@pytest.mark.parametrize("args, expected", BAD_VALUES, ids=[" ".join(a) for a, _ in BAD_VALUES])
+# Through the whole command line (parsing, jsonargparse's own checks, the seed, callbacks); the
+# others go straight to the validation layer below, which is what the command line calls.
+THROUGH_THE_CLI = {"--model.optim.lr -0.001", "--model.optim.lr -1e-3", "--model.optim.lr nan",
+                   "--model.optim.betas [1.5, 0.9]", "--trainer.max_steps -5", "--trainer.devices 0",
+                   "--trainer.strategy no.such.Strategy", "--trainer.precision 7", "--model.config.init_std -1",
+                   "--seed_everything -3", "--data.fasta []", "--model.optim.betas [0.9]",
+                   "--model.config.aux_loss_coef inf"}
+CLI_CASES = [case for case in BAD_VALUES if " ".join(case[0]) in THROUGH_THE_CLI or "callbacks" in case[0][0]]
+DIRECT_CASES = [case for case in BAD_VALUES if case not in CLI_CASES]
+
+
+@pytest.mark.parametrize("args, expected", CLI_CASES, ids=[" ".join(a) for a, _ in CLI_CASES])
 def test_bad_value_is_one_line_naming_the_key(tmp_path: Path, capsys, args: list[str], expected: str) -> None:
     assert main(_fit(tmp_path, *args)) == 2
     assert expected in _error_line(capsys.readouterr().err)
     assert not (tmp_path / "run").exists()  # refused before anything was built or written
+
+
+def _tiny_with(key: str, text: str) -> dict:
+    import yaml
+
+    config = yaml.safe_load(Path(TINY).read_text())
+    node = config
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = yaml.safe_load(text)  # the value as jsonargparse would have parsed it
+    return config
+
+
+@pytest.mark.parametrize("args, expected", DIRECT_CASES, ids=[" ".join(a) for a, _ in DIRECT_CASES])
+def test_bad_value_is_refused_by_the_validation_layer(args: list[str], expected: str) -> None:
+    config = _tiny_with(args[0].lstrip("-"), args[1])
+    with pytest.raises(ConfigError) as info:
+        validation.validate_config(config)
+    assert expected in str(info.value)
 
 
 def test_callback_init_args_in_a_config_file(tmp_path: Path, capsys) -> None:
