@@ -24,7 +24,6 @@ from pathlib import Path
 from lightning.pytorch.cli import LightningCLI
 
 from biomoe.training.checkpoint_io import AtomicCheckpointIO
-from biomoe.training.callbacks import NonFiniteError
 from biomoe.model.config import ConfigError, check_expert_parallel
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
@@ -481,16 +480,6 @@ def summarize_argument_error(message: str) -> str:
         problems = [f"must be one of {', '.join(dict.fromkeys(values))}"]
     text = "; ".join(dict.fromkeys(problems))
     return f"{'.'.join(keys)}: {text}" if keys else text
-
-
-def _find_cause(err: BaseException, types: tuple[type, ...]) -> BaseException | None:
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, types):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
 
 
 if __name__ == "__main__":
