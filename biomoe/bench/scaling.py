@@ -38,6 +38,7 @@ from pathlib import Path
 import yaml
 
 from biomoe.bench.shapes import BenchShape
+from biomoe.files import atomic_path, write_text
 from biomoe.bench.timing import PEAK_BF16_TFLOPS
 from biomoe.model.config import ModelConfig, OptimConfig
 from biomoe.backends.te.precision import parse_precision
@@ -276,7 +277,8 @@ def plot(results: list[ScalingResult], path: Path) -> None:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -311,7 +313,7 @@ def _exit_on_signal(signum: int, frame: object) -> None:
 
 def _fit_locked(cfg: dict, run_dir: Path, timeout_s: float, cli_args: list[str]) -> float:
     cfg_path = run_dir / "config.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    write_text(cfg_path, yaml.safe_dump(cfg, sort_keys=False))
     cmd = [sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(cfg_path), *cli_args]
     print("+", " ".join(cmd), flush=True)
     start = time.perf_counter()
@@ -402,9 +404,9 @@ def run(args: argparse.Namespace) -> int:
             except (RuntimeError, ValueError, FileNotFoundError, subprocess.TimeoutExpired) as err:
                 failures += 1
                 print(f"{name}: FAILED: {err}", flush=True)
-                (out / f"{name}.failed").write_text(f"{err}\n")
+                write_text(out / f"{name}.failed", f"{err}\n")
                 continue
-            (out / f"{name}.json").write_text(json.dumps(asdict(res), indent=2))
+            write_text(out / f"{name}.json", json.dumps(asdict(res), indent=2))
             print(f"{name}: {res.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {res.tflops_per_gpu:.0f} "
                   f"TFLOP/s/GPU, peak {res.peak_mem_gb} GB, loss {res.first_loss:.3f} -> "
                   f"{res.last_loss:.3f}, {wall:.0f} s", flush=True)
@@ -431,9 +433,9 @@ def report(args: argparse.Namespace) -> int:
     env = {"command": " ".join(sys.argv), "environment": {
         **environment(), "timing": "median train/tokens_per_s (host clock between steps, logged "
                                    "every step) after warm-up, per fit; see each result's wall_s"}}
-    (out / "scaling.json").write_text(json.dumps({**env, "results": [asdict(r) for r in results]}, indent=2))
+    write_text(out / "scaling.json", json.dumps({**env, "results": [asdict(r) for r in results]}, indent=2))
     table = markdown(results)
-    (out / "scaling.md").write_text(table)
+    write_text(out / "scaling.md", table)
     plot(results, out / "scaling.png")
     print(table)
     return 0
