@@ -318,7 +318,11 @@ def _fit_locked(cfg: dict, run_dir: Path, timeout_s: float, cli_args: list[str])
     print("+", " ".join(cmd), flush=True)
     start = time.perf_counter()
     with (run_dir / "fit.log").open("w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        # Each point is its own job: a rendezvous port left in the environment by an earlier
+        # process group (this process's, or the caller's) would be taken already.
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("MASTER_PORT", "MASTER_ADDR", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK")}
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         try:
             proc.wait(timeout=timeout_s)
