@@ -115,3 +115,40 @@ def test_bf16_true_fit_uses_master_weights_and_learns(tmp_path):
     param = next(module.model.parameters())
     assert param.dtype == torch.bfloat16 and optimizer.state[param]["master"].dtype == torch.float32
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
+
+
+def test_master_weight_adamw_uses_the_reference_on_cpu_and_refuses_what_cpu_cannot_run():
+    from biomoe.errors import ConfigError
+    from biomoe.training.optim import master_weight_adamw
+
+    params = [torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))]
+    kwargs = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, device=torch.device("cpu"), fused=False)
+    chosen = master_weight_adamw([{"params": params}], backend="auto", moment_dtype="fp32", **kwargs)
+    assert isinstance(chosen, AdamWWithMasterWeights)
+    with pytest.raises(ConfigError, match="model.optim.backend: te"):
+        master_weight_adamw([{"params": params}], backend="te", moment_dtype="fp32", **kwargs)
+    with pytest.raises(ConfigError, match="model.optim.moment_dtype: bf16"):
+        master_weight_adamw([{"params": params}], backend="torch", moment_dtype="bf16", **kwargs)
+
+
+def test_reference_resumes_from_a_portable_state_with_cpu_step_counts():
+    """The layout TE's optimizer writes (per-parameter master/exp_avg/exp_avg_sq + a step) loads
+    into the reference and continues exactly as the reference that wrote its own state."""
+    _, model = _pair()
+    opt = AdamWWithMasterWeights(model.parameters(), lr=1e-3)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    portable = copy.deepcopy(opt.state_dict())
+    for entry in portable["state"].values():
+        entry["step"] = torch.tensor(float(entry["step"]))  # a plain CPU scalar, as TE's layout holds
+    twin = copy.deepcopy(model)
+    twin_opt = AdamWWithMasterWeights(twin.parameters(), lr=1e-3)
+    twin_opt.load_state_dict(portable)
+    grads = [torch.randn_like(p) for p in model.parameters()]
+    for optimizer, params in ((opt, list(model.parameters())), (twin_opt, list(twin.parameters()))):
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        optimizer.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(opt.state[a]["master"], twin_opt.state[b]["master"])

@@ -57,6 +57,13 @@ CLI_VARIANTS: dict[str, CliVariant] = {
         "the shipped config with model.optim.master_weights=false: bf16 weights updated in place, "
         "no fp32 master copy (what the master weights cost)",
         extra_args=("--model.optim.master_weights=false",)),
+    "biomoe-cli-torchmaster": CliVariant(
+        "the shipped config with model.optim.backend=torch: fp32 masters updated by torch's fused AdamW "
+        "after a gradient cast, then copied back (what TE's fused master-weight kernel saves)",
+        extra_args=("--model.optim.backend=torch",)),
+    "biomoe-cli-bf16moments": CliVariant(
+        "the shipped config with model.optim.moment_dtype=bf16: fp32 masters, bf16 AdamW moments",
+        extra_args=("--model.optim.moment_dtype=bf16",)),
     "biomoe-cli-bf16-mixed": CliVariant(
         "the shipped config with trainer.precision=bf16-mixed: fp32 weights cast by autocast at every op",
         extra_args=("--trainer.precision=bf16-mixed",)),

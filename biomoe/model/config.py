@@ -170,6 +170,14 @@ class OptimConfig:
     """Keep fp32 master copies of the weights in the optimizer. None = whenever the parameters are
     stored in lower precision (``trainer.precision: bf16-true``): the model then computes with bf16
     weights, and the update is applied to fp32 copies, so small updates are not rounded away."""
+    backend: str = "auto"
+    """Which AdamW applies the master-weight update: ``te`` = Transformer Engine's ``FusedAdam``
+    (one kernel reads the bf16 gradient and writes the fp32 master, both moments and the bf16
+    weight), ``torch`` = biomoe's AdamW on torch's fused kernels (also the CPU path), ``auto`` = te
+    when the parameters are on a CUDA device and Transformer Engine is installed."""
+    moment_dtype: str = "fp32"
+    """dtype of AdamW's two moments when master weights are kept: ``fp32`` or ``bf16`` (half their
+    memory and optimizer-step traffic, TE backend only; the master weights stay fp32)."""
 
 
 BACKEND_CHOICES: tuple[str, ...] = ("auto", "torch", "te")

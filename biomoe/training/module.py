@@ -13,10 +13,10 @@ from torchmetrics import MeanMetric
 
 from biomoe.build import BuiltModel, build_model
 from biomoe.compat.lightning import logs_this_step
-from biomoe.model.config import ModelConfig, OptimConfig, RuntimeConfig
+from biomoe.model.config import ConfigError, ModelConfig, OptimConfig, RuntimeConfig
 from biomoe.model.losses import LN2, masked_cross_entropy_rows, masked_cross_entropy_sum, per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
-from biomoe.training.optim import AdamWWithMasterWeights, wants_master_weights
+from biomoe.training.optim import master_weight_adamw, wants_master_weights
 
 
 class BioMoEModule(L.LightningModule):
@@ -250,9 +250,13 @@ class BioMoEModule(L.LightningModule):
         fused = opt.fused if opt.fused is not None else self.device.type == "cuda"
         groups = [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         if wants_master_weights(decay + no_decay, opt.master_weights):
-            optimizer: torch.optim.Optimizer = AdamWWithMasterWeights(
-                groups, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, fused=fused)
+            optimizer: torch.optim.Optimizer = master_weight_adamw(
+                groups, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, backend=opt.backend,
+                moment_dtype=opt.moment_dtype, device=self.device, fused=fused)
         else:
+            if opt.moment_dtype != "fp32":
+                raise ConfigError(f"model.optim.moment_dtype: {opt.moment_dtype} applies to the master-weight "
+                                  "optimizer (bf16 parameters: trainer.precision bf16-true)")
             optimizer = torch.optim.AdamW(groups, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps,
                                           fused=fused or None)
         total = opt.max_steps or int(self.trainer.estimated_stepping_batches)

@@ -81,10 +81,14 @@ class AdamWWithMasterWeights(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
         params = [p for group in self.param_groups for p in group["params"]]
+        step_device = None if self.fused else torch.device("cpu")  # as _state_for places it
         for index, param in zip(saved_ids, params):
             for key, value in saved.get(index, {}).items():
                 if isinstance(value, Tensor):
                     self.state[param][key] = value.to(device=param.device, dtype=self.master_dtype)
+            step = self.state[param].get("step")
+            if isinstance(step, Tensor):
+                self.state[param]["step"] = step.to(device=step_device or param.device, dtype=torch.float32)
 
 
 def wants_master_weights(params: Iterable[Tensor], setting: bool | None) -> bool:
@@ -92,3 +96,29 @@ def wants_master_weights(params: Iterable[Tensor], setting: bool | None) -> bool
     if setting is not None:
         return setting
     return any(p.dtype in (torch.bfloat16, torch.float16) for p in params if p.requires_grad)
+
+
+def master_weight_adamw(groups: list[dict[str, Any]], *, lr: float, betas: tuple[float, float], eps: float,
+                        backend: str, moment_dtype: str, device: torch.device, fused: bool) -> torch.optim.Optimizer:
+    """The AdamW that keeps fp32 master weights: TE's fused kernel on a CUDA device where it is
+    installed (``backend`` auto or te), else :class:`AdamWWithMasterWeights`.
+
+    Raises :class:`ConfigError` for a choice this machine cannot run, rather than silently
+    falling back (``backend: te`` without TE or CUDA, bf16 moments on the torch path).
+    """
+    from biomoe.backends.te.availability import te_usable
+    from biomoe.errors import ConfigError
+
+    te_ok = te_usable(device)
+    if backend == "te" and not te_ok:
+        raise ConfigError("model.optim.backend: te needs Transformer Engine and the parameters on a CUDA "
+                          f"device (here: {device.type}, transformer_engine "
+                          f"{'installed' if te_usable() else 'not usable'}); use auto or torch")
+    if backend == "te" or (backend == "auto" and te_ok):
+        from biomoe.backends.te.optim import TEAdamWWithMasterWeights
+
+        return TEAdamWWithMasterWeights(groups, lr=lr, betas=betas, eps=eps, moment_dtype=moment_dtype)
+    if moment_dtype != "fp32":
+        raise ConfigError(f"model.optim.moment_dtype: {moment_dtype} needs model.optim.backend te "
+                          "(Transformer Engine's FusedAdam on a CUDA device); use fp32 here")
+    return AdamWWithMasterWeights(groups, lr=lr, betas=betas, eps=eps, fused=fused)

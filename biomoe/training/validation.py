@@ -324,6 +324,8 @@ RULES: dict[str, Check] = {
     "model.optim.max_steps": integer(1, optional=True),
     "model.optim.fused": boolean(optional=True),
     "model.optim.master_weights": boolean(optional=True),
+    "model.optim.backend": _BACKEND,
+    "model.optim.moment_dtype": choice("fp32", "bf16"),
     # --- model.runtime: how the model runs
     "model.runtime.precision": _precision_name,
     "model.runtime.precision_fallback": _optional(_precision_name),
