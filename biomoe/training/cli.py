@@ -40,6 +40,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "import-hf": "biomoe.interop.hf:import_main",
     "generate": "biomoe.inference.generate:main",
     "embed": "biomoe.inference.embed:main",
+    "routing": "biomoe.genomics.routing:main",
 }
 # One line per subcommand for ``cli.py --help`` (short enough for one terminal line; Lightning's
 # own docstrings are cut mid-sentence there, and the extra commands have none it could read).
@@ -56,6 +57,7 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "import-hf": "import a transformers Mixtral folder as a checkpoint",
     "generate": "sample DNA from a checkpoint (prompt, top-k, top-p)",
     "embed": "hidden states per base, window or contig, as .npz",
+    "routing": "which experts each genome routes to (JSON, heatmap)",
 }
 # BioMoEModule arguments that choose how to run, not what the model is: a --ckpt_path's
 # hyperparameters do not override them.

@@ -1,0 +1,97 @@
+"""The routing figure: one heatmap per MoE block, genomes (grouped by species) by experts.
+
+Kept apart from :mod:`biomoe.genomics.routing` so that the figure can be redrawn from the JSON
+alone (``--from_json``) and matplotlib, an optional dependency, is only imported to draw.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from biomoe.errors import GenomeInputError
+
+__all__ = ["grouped_rows", "plot_routing", "require_matplotlib"]
+
+PANELS_PER_ROW = 4
+
+
+def require_matplotlib() -> None:
+    """Fail before any work when the figure cannot be drawn."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise GenomeInputError(None, "drawing the routing figure needs matplotlib: pip install 'biomoe[plot]' "
+                                     "(or pass --no_plot)") from None
+
+
+def grouped_rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, int, int]]]:
+    """Genome labels in plotting order (species in order of first appearance, genomes in input order
+    within each) and the species blocks as ``(species, first row, end row)``."""
+    order: list[str] = []
+    blocks: list[tuple[str, int, int]] = []
+    for name, members in report["species"].items():
+        blocks.append((name, len(order), len(order) + len(members)))
+        order.extend(members)
+    return order, blocks
+
+
+def plot_routing(report: dict[str, Any], out_path: str | Path, dpi: int = 150) -> Path:
+    """Draw the heatmaps of a routing report (see :func:`biomoe.genomics.routing.routing_report`)
+    and write them atomically to ``out_path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import blended_transform_factory
+
+    from biomoe.training.plots import save_figure
+
+    try:
+        layers = [str(layer) for layer in report["moe_layers"]]
+        rows, blocks = grouped_rows(report)
+        data = {layer: np.array([report["genomes"][g]["fractions"][layer] for g in rows], dtype=np.float64)
+                for layer in layers}
+        experts = int(report["num_experts"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GenomeInputError(None, f"routing result is incomplete ({type(exc).__name__}: {exc})") from None
+    cols = min(PANELS_PER_ROW, len(layers))
+    grid_rows = math.ceil(len(layers) / cols)
+    label_width = max((len(g) for g in rows), default=4) * 0.07
+    width = cols * (0.32 * experts + 0.5) + label_width + 2.2
+    height = grid_rows * (0.26 * len(rows) + 0.9) + 0.9
+    fig, axes = plt.subplots(grid_rows, cols, figsize=(width, height), squeeze=False, layout="constrained")
+    vmax = max(float(values.max()) for values in data.values())
+    image = None
+    for index, ax in enumerate(axes.flat):
+        if index >= len(layers):
+            ax.set_axis_off()
+            continue
+        layer = layers[index]
+        image = ax.imshow(data[layer], cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
+        ax.set_title(f"layer {layer}", fontsize=9)
+        ax.set_xticks(range(experts), [str(e) for e in range(experts)], fontsize=7)
+        first_column = index % cols == 0
+        ax.set_yticks(range(len(rows)), rows if first_column else [], fontsize=7)
+        if index // cols == grid_rows - 1 or index + cols >= len(layers):
+            ax.set_xlabel("expert", fontsize=8)
+        for _, first, _end in blocks[1:]:  # a line between species
+            ax.axhline(first - 0.5, color="white", linewidth=2.0)
+        if index % cols == cols - 1 or index == len(layers) - 1:  # species names at the right of each row
+            to_axes = blended_transform_factory(ax.transAxes, ax.transData)
+            for name, first, end in blocks:
+                ax.text(1.03, (first + end - 1) / 2, name, transform=to_axes, fontsize=8, va="center",
+                        ha="left", fontweight="bold")
+    bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, pad=0.06)
+    bar.set_label("fraction of top-k assignments", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    fig.suptitle(f"Expert routing per genome (top-{report.get('top_k', '?')}, "
+                 f"{report.get('windows_requested', '?')} windows x {report.get('seq_length', '?')} bp)", fontsize=10)
+    try:
+        save_figure(fig, out_path, dpi)
+    finally:
+        plt.close(fig)
+    return Path(out_path)
