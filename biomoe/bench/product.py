@@ -8,16 +8,19 @@ the benchmark's token batch every step (the same tokens the other contenders see
 ``DataLoader`` with the same pinned host memory as the genome loader, so Lightning's host-to-device
 copy is the real one.
 
-Two things differ from a user's run, both outside the timed steps: checkpoint files are not
-written (a 2-layer Mixtral checkpoint with fp32 master weights is ~40 GB; ModelCheckpoint still
-runs its hooks and builds the checkpoint, :class:`DiscardCheckpointIO` drops the bytes), and
-no validation runs (the shipped ``val_check_interval`` is longer than a benchmark fit).
+Three things differ from a user's run, all outside the timed steps: the fit ends right after the
+last timed step (no end-of-training checkpoint or summary: building a 2-layer Mixtral checkpoint
+with fp32 master weights means ~40 GB of state, and it says nothing about the step), checkpoint
+files that a callback saves earlier are not written (:class:`DiscardCheckpointIO` drops the
+bytes), and no validation runs (the shipped ``val_check_interval`` is longer than a benchmark fit).
+Each row records how long the CLI took to reach its first step (``setup_s``).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,14 +143,22 @@ class StepTimer(L.Callback):
     Put it first in ``trainer.callbacks`` and :attr:`end_mark` last, so a step's marks enclose
     every other hook of that step."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, stop_after: int | None = None) -> None:
         self.clock = StepClock(device)
         self.losses: list[torch.Tensor] = []
         self.end_mark = _EndMark(self)
+        self.stop_after = stop_after
+        self.first_step_at: float | None = None
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
+        if self.first_step_at is None:
+            self.first_step_at = time.perf_counter()
         self.clock.start()
+
+
+class TimedStepsDone(Exception):
+    """Raised after the last timed step to end the fit there (caught by the benchmark)."""
 
 
 class _EndMark(L.Callback):
@@ -160,6 +171,8 @@ class _EndMark(L.Callback):
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
             self.timer.losses.append(loss.detach())
+        if self.timer.stop_after is not None and len(self.timer.losses) >= self.timer.stop_after:
+            raise TimedStepsDone
 
 
 class DiscardCheckpointIO(CheckpointIO):
@@ -212,7 +225,8 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
     root = Path(tempfile.mkdtemp(prefix="biomoe-bench-"))
     args = cli_args(config_path, shape, precision, total, root, accelerator, variant, extra)
     details: dict[str, Any] = {"command": "cli.py fit " + " ".join(args)}
-    timer = StepTimer(device)
+    started = time.perf_counter()
+    timer = StepTimer(device, stop_after=total)
     dropped = config_callback_classes(read_config(config_path)) if variant.drop_config_callbacks else ()
 
     def timed_fit(cli: BioMoECLI, model: L.LightningModule, datamodule: Any = None, **kwargs: Any) -> None:
@@ -228,7 +242,10 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
                        float32_matmul_precision=torch.get_float32_matmul_precision(),
                        init="cli.py fit's own (seed_everything from the config)",
                        checkpoint_writes="discarded (after the timed steps)")
-        trainer.fit(model, train_dataloaders=token_loader(ids, labels, total))
+        try:
+            trainer.fit(model, train_dataloaders=token_loader(ids, labels, total))
+        except TimedStepsDone:
+            pass
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         if optimizer is not None:
             details["optimizer"] = type(optimizer).__name__
@@ -240,13 +257,15 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
         if selection is not None and hasattr(selection, "summary"):
             details["kernels"] = selection.summary()
 
-    bench_cli = type("BenchFitCLI", (BioMoECLI,), {"fit": timed_fit})
+    bench_cli = type("BenchFitCLI", (BioMoECLI,), {"fit": timed_fit, "after_fit": lambda self: None})
     matmul_precision = torch.get_float32_matmul_precision()  # the CLI may set TF32: not for later rows
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
             cli = run_lightning_cli(["fit", *args], cli_class=bench_cli)
         del cli
+        if timer.first_step_at is not None:
+            details["setup_s"] = round(timer.first_step_at - started, 1)
         return CliRun(timer.clock.step_ms(warmup, steps), timer.clock.busy_ms(warmup, steps),
                       [float(v) for v in timer.losses], details)
     finally:
