@@ -149,6 +149,7 @@ class StepTimer(L.Callback):
         self.end_mark = _EndMark(self)
         self.stop_after = stop_after
         self.first_step_at: float | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -172,6 +173,11 @@ class _EndMark(L.Callback):
         if isinstance(loss, torch.Tensor):
             self.timer.losses.append(loss.detach())
         if self.timer.stop_after is not None and len(self.timer.losses) >= self.timer.stop_after:
+            # Lightning's teardown would copy the optimizer state (fp32 masters and moments, tens
+            # of GB for the Mixtral shape) to the host: minutes of benchmark time after the last
+            # timed step. Keep the optimizer for the record and hand the strategy none.
+            self.timer.optimizer = trainer.optimizers[0] if trainer.optimizers else None
+            trainer.strategy.optimizers = []
             raise TimedStepsDone
 
 
@@ -246,7 +252,7 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
             trainer.fit(model, train_dataloaders=token_loader(ids, labels, total))
         except TimedStepsDone:
             pass
-        optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        optimizer = timer.optimizer or (trainer.optimizers[0] if trainer.optimizers else None)
         if optimizer is not None:
             details["optimizer"] = type(optimizer).__name__
             details["fused"] = bool(getattr(optimizer, "fused", None) or optimizer.param_groups[0].get("fused"))

@@ -48,7 +48,11 @@ class TEAdamWWithMasterWeights(FusedAdam):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Accepts the portable layout (and TE's own); TE counts steps per group, not per parameter."""
-        converted = {"param_groups": [dict(g) for g in state_dict["param_groups"]], "state": {}}
+        # torch's loader replaces each group with the saved one: keep TE's own group settings
+        # (bias_correction, ...) that a checkpoint of the reference optimizer does not hold.
+        converted = {"param_groups": [{**{k: v for k, v in own.items() if k != "params"}, **saved}
+                                      for own, saved in zip(self.param_groups, state_dict["param_groups"])],
+                     "state": {}}
         for index, entry in state_dict["state"].items():
             entry = dict(entry)
             if _MASTER in entry:
