@@ -149,13 +149,20 @@ class StepTimer(L.Callback):
         self.end_mark = _EndMark(self)
         self.stop_after = stop_after
         self.first_step_at: float | None = None
-        self.optimizer: torch.optim.Optimizer | None = None
+        self.optimizer_info: dict[str, Any] | None = None
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         if self.first_step_at is None:
             self.first_step_at = time.perf_counter()
         self.clock.start()
+
+
+def describe_optimizer(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """What a bench record says of the optimizer: its class and whether its kernel is fused."""
+    fused = bool(getattr(optimizer, "fused", None) or optimizer.param_groups[0].get("fused"))
+    fused = fused or any(cls.__name__ == "FusedAdam" for cls in type(optimizer).__mro__)  # TE's: always fused
+    return {"optimizer": type(optimizer).__name__, "fused": fused}
 
 
 class TimedStepsDone(Exception):
@@ -176,7 +183,9 @@ class _EndMark(L.Callback):
             # Lightning's teardown would copy the optimizer state (fp32 masters and moments, tens
             # of GB for the Mixtral shape) to the host: minutes of benchmark time after the last
             # timed step. Keep the optimizer for the record and hand the strategy none.
-            self.timer.optimizer = trainer.optimizers[0] if trainer.optimizers else None
+            # Only a description is kept: the optimizer object (and its state) must not outlive the row.
+            optimizer = trainer.optimizers[0] if trainer.optimizers else None
+            self.timer.optimizer_info = None if optimizer is None else describe_optimizer(optimizer)
             trainer.strategy.optimizers = []
             raise TimedStepsDone
 
@@ -252,10 +261,9 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
             trainer.fit(model, train_dataloaders=token_loader(ids, labels, total))
         except TimedStepsDone:
             pass
-        optimizer = timer.optimizer or (trainer.optimizers[0] if trainer.optimizers else None)
-        if optimizer is not None:
-            details["optimizer"] = type(optimizer).__name__
-            details["fused"] = bool(getattr(optimizer, "fused", None) or optimizer.param_groups[0].get("fused"))
+        if timer.optimizer_info is None and trainer.optimizers:
+            timer.optimizer_info = describe_optimizer(trainer.optimizers[0])
+        details.update(timer.optimizer_info or {})
         param = next(iter(model.parameters()), None)
         if param is not None:
             details["weights_dtype"] = str(param.dtype).replace("torch.", "")
