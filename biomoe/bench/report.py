@@ -62,7 +62,7 @@ def environment(device: torch.device | None = None) -> dict[str, Any]:
     }
     try:
         info["biomoe_commit"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+            ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10,
             cwd=Path(__file__).resolve().parents[2]).stdout.strip() or None
     except Exception:
         info["biomoe_commit"] = None
