@@ -17,11 +17,12 @@ import torch
 from torch import Tensor
 
 from biomoe.model.losses import LN2
+from biomoe.training.markov_baseline import EvaluationPassCallback
 
 __all__ = ["PerGenomeMetrics"]
 
 
-class PerGenomeMetrics(L.Callback):
+class PerGenomeMetrics(EvaluationPassCallback):
     """Logs ``val/<genome>/bits_per_base`` and ``test/<genome>/bits_per_base``.
 
     Needs evaluation steps that return ``{"row_ce_sum", "row_n"}`` (per window, nats and scored
@@ -48,7 +49,8 @@ class PerGenomeMetrics(L.Callback):
         if labels is not None:
             self._sums[stage] = torch.zeros(len(labels), 2, dtype=torch.float64, device=pl_module.device)
 
-    def _batch(self, outputs: Any, batch: dict[str, Tensor], stage: str) -> None:
+    def _batch(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+               batch: dict[str, Tensor], stage: str) -> None:
         sums = self._sums.get(stage)
         if sums is None or not isinstance(outputs, dict) or "row_ce_sum" not in outputs or "genome" not in batch:
             return
@@ -69,22 +71,3 @@ class PerGenomeMetrics(L.Callback):
             value = ce_sum / n / LN2
             self.last[stage][label] = value
             pl_module.log(f"{stage}/{label}/bits_per_base", value, sync_dist=False)
-
-    # Lightning hooks ---------------------------------------------------------------------------
-    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start(trainer, pl_module, "val")
-
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._batch(outputs, batch, "val")
-
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._end(trainer, pl_module, "val")
-
-    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start(trainer, pl_module, "test")
-
-    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._batch(outputs, batch, "test")
-
-    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._end(trainer, pl_module, "test")

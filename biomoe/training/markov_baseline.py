@@ -39,14 +39,15 @@ def training_sequences(datamodule: Any) -> Iterator[np.ndarray]:
 
 
 class EvaluationPassCallback(L.Callback):
-    """Routes every validation and test pass to three methods, ``_start``, ``_batch`` and ``_end``
-    (each given the stage name, ``val`` or ``test``), so a metric callback writes its logic once."""
+    """Routes every validation and test pass to three methods, ``_start``, ``_batch`` (with the
+    evaluation step's outputs and the batch) and ``_end``, each given the stage name, ``val`` or
+    ``test``, so a metric callback writes its logic once."""
 
     def _start(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         raise NotImplementedError
 
-    def _batch(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: dict[str, Tensor],
-               stage: str) -> None:
+    def _batch(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+               batch: dict[str, Tensor], stage: str) -> None:
         raise NotImplementedError
 
     def _end(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -56,7 +57,7 @@ class EvaluationPassCallback(L.Callback):
         self._start(trainer, pl_module, "val")
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        self._batch(trainer, pl_module, batch, "val")
+        self._batch(trainer, pl_module, outputs, batch, "val")
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._end(trainer, pl_module, "val")
@@ -65,7 +66,7 @@ class EvaluationPassCallback(L.Callback):
         self._start(trainer, pl_module, "test")
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        self._batch(trainer, pl_module, batch, "test")
+        self._batch(trainer, pl_module, outputs, batch, "test")
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._end(trainer, pl_module, "test")
@@ -103,8 +104,8 @@ class MarkovBaseline(EvaluationPassCallback):
         self._ensure_model(trainer)
         self._sums[stage] = []
 
-    def _batch(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: dict[str, Tensor],
-               stage: str) -> None:
+    def _batch(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+               batch: dict[str, Tensor], stage: str) -> None:
         if stage not in self._sums:
             return
         labels = batch["labels"]

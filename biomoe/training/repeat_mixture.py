@@ -10,6 +10,8 @@ the training split (:mod:`biomoe.genomics.repeat_expert`). Logged as ``{stage}/r
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning as L
 import torch
 from torch import Tensor
@@ -53,8 +55,8 @@ class RepeatMixture(EvaluationPassCallback):
         self._sums[stage] = []
 
     @torch.no_grad()
-    def _batch(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: dict[str, Tensor],
-               stage: str) -> None:
+    def _batch(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+               batch: dict[str, Tensor], stage: str) -> None:
         if stage not in self._sums:
             return
         with trainer.precision_plugin.forward_context():
