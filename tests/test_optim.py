@@ -16,6 +16,14 @@ def _pair(seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
     return copy.deepcopy(model).float(), model  # both start from the same (bf16-exact) values
 
 
+def _step_all(pairs: list[tuple[torch.optim.Optimizer, torch.nn.Module]], grads: list[torch.Tensor]) -> None:
+    """One optimizer step of each (optimizer, model) pair, every model given the same gradients."""
+    for optimizer, model in pairs:
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.clone()
+        optimizer.step()
+
+
 @pytest.mark.parametrize("foreach", [False, True])
 def test_masters_follow_a_reference_fp32_adamw_given_the_same_gradients(foreach):
     reference, model = _pair()
@@ -68,10 +76,7 @@ def test_checkpoint_round_trip_keeps_fp32_state_and_continues_exactly():
     for p in twin.parameters():
         assert all(twin_opt.state[p][k].dtype == torch.float32 for k in ("master", "exp_avg", "exp_avg_sq"))
     grads = [torch.randn_like(p) for p in model.parameters()]
-    for optimizer, params in ((opt, list(model.parameters())), (twin_opt, list(twin.parameters()))):
-        for p, g in zip(params, grads):
-            p.grad = g.clone()
-        optimizer.step()
+    _step_all([(opt, model), (twin_opt, twin)], grads)
     for a, b in zip(model.parameters(), twin.parameters()):
         assert torch.equal(a, b)
         assert torch.equal(opt.state[a]["master"], twin_opt.state[b]["master"])
@@ -146,9 +151,6 @@ def test_reference_resumes_from_a_portable_state_with_cpu_step_counts():
     twin_opt = AdamWWithMasterWeights(twin.parameters(), lr=1e-3)
     twin_opt.load_state_dict(portable)
     grads = [torch.randn_like(p) for p in model.parameters()]
-    for optimizer, params in ((opt, list(model.parameters())), (twin_opt, list(twin.parameters()))):
-        for p, g in zip(params, grads):
-            p.grad = g.clone()
-        optimizer.step()
+    _step_all([(opt, model), (twin_opt, twin)], grads)
     for a, b in zip(model.parameters(), twin.parameters()):
         assert torch.equal(opt.state[a]["master"], twin_opt.state[b]["master"])

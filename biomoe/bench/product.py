@@ -182,8 +182,8 @@ class _EndMark(L.Callback):
         if self.timer.stop_after is not None and len(self.timer.losses) >= self.timer.stop_after:
             # Lightning's teardown would copy the optimizer state (fp32 masters and moments, tens
             # of GB for the Mixtral shape) to the host: minutes of benchmark time after the last
-            # timed step. Keep the optimizer for the record and hand the strategy none.
-            # Only a description is kept: the optimizer object (and its state) must not outlive the row.
+            # timed step. Hand the strategy no optimizer and keep only a description of it, so its
+            # state does not outlive the row either.
             optimizer = trainer.optimizers[0] if trainer.optimizers else None
             self.timer.optimizer_info = None if optimizer is None else describe_optimizer(optimizer)
             trainer.strategy.optimizers = []

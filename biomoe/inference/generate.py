@@ -226,12 +226,6 @@ def _fasta_text(name: str, description: str, sequence: str, width: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _positive_int(text: str) -> int:
-    from biomoe.genomics.score_fasta import positive_int
-
-    return positive_int(text)
-
-
 def _probability(text: str) -> float:
     try:
         value = float(text)
@@ -253,6 +247,8 @@ def _temperature(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from biomoe.genomics.score_fasta import positive_int
+
     parser = argparse.ArgumentParser(prog="biomoe generate", description=__doc__.splitlines()[0])
     parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
     prompt = parser.add_mutually_exclusive_group()
@@ -261,19 +257,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="continue this region of --fasta (1-based, inclusive; a bare contig name = all of it)")
     parser.add_argument("--fasta", nargs="+", default=None, help="genome FASTA for --prompt-region")
     parser.add_argument("--out", required=True, type=Path, help="output FASTA (written atomically)")
-    parser.add_argument("--length", type=_positive_int, default=1000, help="bases to generate per sample (default %(default)s)")
-    parser.add_argument("--num-samples", type=_positive_int, default=1, help="default %(default)s")
-    parser.add_argument("--batch-size", type=_positive_int, default=16, help="samples generated together (default %(default)s)")
+    parser.add_argument("--length", type=positive_int, default=1000, help="bases to generate per sample (default %(default)s)")
+    parser.add_argument("--num-samples", type=positive_int, default=1, help="default %(default)s")
+    parser.add_argument("--batch-size", type=positive_int, default=16, help="samples generated together (default %(default)s)")
     parser.add_argument("--temperature", type=_temperature, default=1.0, help="0 = greedy (default %(default)s)")
-    parser.add_argument("--top-k", type=_positive_int, default=None, help="keep the k most likely bases")
+    parser.add_argument("--top-k", type=positive_int, default=None, help="keep the k most likely bases")
     parser.add_argument("--top-p", type=_probability, default=None, help="nucleus sampling mass")
     parser.add_argument("--seed", type=int, default=0, help="default %(default)s; each sample has its own stream")
     parser.add_argument("--allow-n", action="store_true", help="let the model emit N besides A/C/G/T")
-    parser.add_argument("--context", type=_positive_int, default=None,
+    parser.add_argument("--context", type=positive_int, default=None,
                         help="tokens the model attends to (default: the checkpoint's training seq_length)")
     parser.add_argument("--include-prompt", action="store_true", help="write prompt + generated bases")
     parser.add_argument("--name", default="sample", help="FASTA record names: NAME_1, NAME_2, ... (default %(default)s)")
-    parser.add_argument("--line-width", type=_positive_int, default=80, help="FASTA line width (default %(default)s)")
+    parser.add_argument("--line-width", type=positive_int, default=80, help="FASTA line width (default %(default)s)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="default %(default)s")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

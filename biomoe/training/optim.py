@@ -106,14 +106,14 @@ def master_weight_adamw(groups: list[dict[str, Any]], *, lr: float, betas: tuple
     Raises :class:`ConfigError` for a choice this machine cannot run, rather than silently
     falling back (``backend: te`` without TE or CUDA, bf16 moments on the torch path).
     """
-    from biomoe.backends.te.availability import te_usable
+    from biomoe.backends.te.availability import te_installed, te_usable
     from biomoe.errors import ConfigError
 
     te_ok = te_usable(device)
     if backend == "te" and not te_ok:
         raise ConfigError("model.optim.backend: te needs Transformer Engine and the parameters on a CUDA "
                           f"device (here: {device.type}, transformer_engine "
-                          f"{'installed' if te_usable() else 'not usable'}); use auto or torch")
+                          f"{'installed' if te_installed() else 'not installed'}); use auto or torch")
     if backend == "te" or (backend == "auto" and te_ok):
         from biomoe.backends.te.optim import TEAdamWWithMasterWeights
 

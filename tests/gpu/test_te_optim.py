@@ -35,6 +35,15 @@ def _step_both(pairs, grads) -> None:
         optimizer.step()
 
 
+def _train(pairs, steps: int, seed: int) -> None:
+    """``steps`` optimizer steps of every pair on the same random bf16 gradients (what a bf16 backward gives)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    for _ in range(steps):
+        model = pairs[0][1]
+        grads = [torch.randn(p.shape, device="cuda", generator=gen).to(torch.bfloat16) for p in model.parameters()]
+        _step_both(pairs, grads)
+
+
 def _te(model, moment_dtype="fp32"):
     return master_weight_adamw(_groups(model), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, backend="te",
                                moment_dtype=moment_dtype, device=torch.device("cuda"), fused=True)
@@ -45,10 +54,7 @@ def test_te_master_weights_follow_the_reference_adamw():
     te_opt = _te(te_model)
     ref_opt = AdamWWithMasterWeights(_groups(ref_model), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, fused=True)
     assert type(te_opt).__name__ == "TEAdamWWithMasterWeights"
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    for _ in range(30):
-        grads = [torch.randn(p.shape, device="cuda", generator=gen).to(torch.bfloat16) for p in te_model.parameters()]
-        _step_both([(te_opt, te_model), (ref_opt, ref_model)], grads)
+    _train([(te_opt, te_model), (ref_opt, ref_model)], steps=30, seed=1)
     te_state, ref_state = te_opt.state_dict()["state"], ref_opt.state_dict()["state"]
     for index in ref_state:
         for key in ("master", "exp_avg", "exp_avg_sq"):
@@ -86,10 +92,7 @@ def test_checkpoints_move_between_te_and_the_reference(direction):
 def test_bf16_moments_train_close_to_fp32_moments():
     fp32_model, bf16_model = _models()
     fp32_opt, bf16_opt = _te(fp32_model), _te(bf16_model, moment_dtype="bf16")
-    gen = torch.Generator(device="cuda").manual_seed(2)
-    for _ in range(20):
-        grads = [torch.randn(p.shape, device="cuda", generator=gen).to(torch.bfloat16) for p in fp32_model.parameters()]
-        _step_both([(fp32_opt, fp32_model), (bf16_opt, bf16_model)], grads)
+    _train([(fp32_opt, fp32_model), (bf16_opt, bf16_model)], steps=20, seed=2)
     a, b = fp32_opt.state_dict()["state"], bf16_opt.state_dict()["state"]
     for index in a:
         moved = (a[index]["master"] - b[index]["master"]).abs().max().item()

@@ -43,7 +43,7 @@ class TEAdamWWithMasterWeights(FusedAdam):
             if _TE_MASTER in entry:
                 entry[_MASTER] = entry.pop(_TE_MASTER)
             step = steps.get(index, 0)
-            entry["step"] = torch.tensor(float(step.item() if torch.is_tensor(step) else step))
+            entry["step"] = torch.tensor(float(step))
         return state_dict
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -53,14 +53,14 @@ class TEAdamWWithMasterWeights(FusedAdam):
         converted = {"param_groups": [{**{k: v for k, v in own.items() if k != "params"}, **saved}
                                       for own, saved in zip(self.param_groups, state_dict["param_groups"])],
                      "state": {}}
+        group_of = {index: group for group in converted["param_groups"] for index in group["params"]}
         for index, entry in state_dict["state"].items():
             entry = dict(entry)
             if _MASTER in entry:
                 entry[_TE_MASTER] = entry.pop(_MASTER)
             step = entry.pop("step", None)
             converted["state"][index] = entry
-            if step is not None:
-                for group in converted["param_groups"]:
-                    if index in group["params"]:
-                        group["step"] = max(int(torch.as_tensor(step).item()), int(group.get("step", 0)))
+            if step is not None and index in group_of:
+                group = group_of[index]
+                group["step"] = max(int(step), int(group.get("step", 0)))
         super().load_state_dict(converted)
