@@ -75,3 +75,11 @@ def save_checkpoint(path: Path, model, cfg, data: dict | None = None) -> Path:
         ckpt["datamodule_hyper_parameters"] = data
     torch.save(ckpt, path)
     return path
+
+
+def error_line(stderr: str) -> str:
+    """The last stderr line, which must be a ``biomoe: error:`` report with no traceback before it."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert lines and lines[-1].startswith("biomoe: error: "), stderr[-3000:]
+    return lines[-1]

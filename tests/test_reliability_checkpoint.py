@@ -76,16 +76,10 @@ import copy  # noqa: E402
 import zipfile  # noqa: E402
 
 from biomoe.training.cli import main  # noqa: E402
+from conftest import error_line as _error_line  # noqa: E402
 
 TINY = str(ROOT / "configs/tiny.yaml")
 LAMBDA = str(ROOT / "data/lambda_virus.fa.gz")
-
-
-def _error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert "Traceback" not in stderr, stderr[-3000:]
-    assert lines and lines[-1].startswith("biomoe: error: "), stderr[-3000:]
-    return lines[-1]
 
 
 def _args(command: str, root: Path, *extra: str) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 
 import biomoe.data.fasta as fasta_mod
 from biomoe.training.cli import main
-from conftest import random_dna
+from conftest import error_line, random_dna
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs/tiny.yaml")
@@ -23,11 +23,9 @@ GOOD = (">c1\n" + random_dna(2000, 1) + "\n").encode()
 
 def _error_line(stderr: str) -> str:
     """The last stderr line; it must be the only ``error`` line and there must be no traceback."""
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert "Traceback" not in stderr, stderr[-3000:]
-    assert lines and lines[-1].startswith("biomoe: error: "), stderr[-3000:]
-    assert sum("error" in line.lower() for line in lines) == 1, stderr[-3000:]
-    return lines[-1]
+    last = error_line(stderr)
+    assert sum("error" in line.lower() for line in stderr.splitlines()) == 1, stderr[-3000:]
+    return last
 
 
 def _bad_file(tmp_path: Path, case: str) -> Path:

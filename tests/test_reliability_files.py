@@ -20,17 +20,10 @@ from biomoe.errors import GenomeInputError
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
 from biomoe.training.cli import main
-from conftest import random_dna, save_checkpoint
+from conftest import error_line as _error_line, random_dna, save_checkpoint
 
 TINY_MODEL = dict(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
                   ffn_hidden_size=32)
-
-
-def _error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert "Traceback" not in stderr, stderr[-3000:]
-    assert lines and lines[-1].startswith("biomoe: error: "), stderr[-3000:]
-    return lines[-1]
 
 
 @pytest.fixture

@@ -16,17 +16,10 @@ import biomoe.data.fasta as fasta_mod
 from biomoe.data.fasta import Genome
 from biomoe.errors import GenomeInputError
 from biomoe.training.cli import main
-from conftest import fasta_text, random_dna
+from conftest import error_line as _error_line, fasta_text, random_dna
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs/tiny.yaml")
-
-
-def _error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert "Traceback" not in stderr, stderr[-3000:]
-    assert lines and lines[-1].startswith("biomoe: error: "), stderr[-3000:]
-    return lines[-1]
 
 
 def _edit_keeping_size_and_mtime(path: Path, old: bytes, new: bytes) -> None:

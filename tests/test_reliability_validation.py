@@ -13,17 +13,16 @@ import pytest
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.training import validation
 from biomoe.training.cli import main
+from conftest import error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs/tiny.yaml")
 
 
 def _error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert "Traceback" not in stderr, stderr[-3000:]
-    assert lines and lines[-1].startswith("biomoe: error: "), stderr[-3000:]
-    assert sum(line.startswith("biomoe: error") for line in lines) == 1, stderr[-3000:]
-    return lines[-1]
+    last = error_line(stderr)
+    assert sum(line.startswith("biomoe: error") for line in stderr.splitlines()) == 1, stderr[-3000:]
+    return last
 
 
 def _fit(tmp_path: Path, *extra: str) -> list[str]:
