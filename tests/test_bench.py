@@ -158,21 +158,26 @@ def test_bench_runs_hf_the_bare_loop_and_the_product_path_and_writes_the_report(
     assert (out / "bench.png").stat().st_size > 1000
 
 
-def test_a_product_row_ends_after_its_timed_steps_and_keeps_no_optimizer_alive():
-    """The next row's peak memory must not hold this row's optimizer state (tens of GB at the
-    Mixtral shape), and the fit ends at the last timed step."""
+def test_a_product_row_ends_after_its_timed_steps_and_keeps_nothing_of_its_model_alive():
+    """The next row's peak memory must not hold this row's model, fp32 masters or optimizer state
+    (tens of GB at the Mixtral shape), and the fit ends at the last timed step."""
     import gc
+
+    import lightning as L
 
     from biomoe.bench.product import CLI_VARIANTS, DEFAULT_CONFIG, run_cli
 
-    def optimizers() -> int:
+    def alive() -> tuple[int, int, int]:
         gc.collect()
-        return sum(isinstance(o, torch.optim.Optimizer) for o in gc.get_objects())
+        objects = gc.get_objects()
+        return (sum(isinstance(o, torch.optim.Optimizer) for o in objects),
+                sum(isinstance(o, L.LightningModule) for o in objects),
+                sum(isinstance(o, torch.nn.Parameter) for o in objects))
 
-    before = optimizers()
+    before = alive()
     ids = torch.randint(4, 8, (2, 64))
     run = run_cli(DEFAULT_CONFIG, parse_case("tiny").with_seq(64, 2), "bf16", ids, ids.clone(), 1, 2,
                   CLI_VARIANTS["biomoe-cli"])
     assert len(run.losses) == 4 and len(run.step_ms) == 2
     assert run.details["optimizer"] == "AdamWWithMasterWeights" and "setup_s" in run.details
-    assert optimizers() == before
+    assert alive() == before

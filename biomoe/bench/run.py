@@ -54,7 +54,7 @@ LOOP_CONTENDERS = {
 ABLATION_PREFIX = "biomoe-loop[te "
 LAYER_COMPONENTS = ("norm_backend", "attention_backend", "router_backend", "dispatch_backend")
 DEFAULT_CONTENDERS = ("hf-bf16-fused", "hf-amp-fused", "hf-eager", "biomoe-loop", "biomoe-cli",
-                      "biomoe-cli-nocallbacks", "biomoe-cli-nomaster")
+                      "biomoe-cli-nocallbacks", "biomoe-cli-nomaster", "biomoe-cli-compile")
 ALL_PRECISIONS = tuple(PRECISIONS)
 PRECISION_SWEPT = ("biomoe-loop", "biomoe-loop-compile", "biomoe-cli")
 """Contenders run at every requested precision; HF rows are bf16, the other CLI variants run at
@@ -269,7 +269,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--variant-precisions", default="bf16",
                         help="precisions of the biomoe-cli-* variants (default bf16)")
     parser.add_argument("--contenders", default=",".join(DEFAULT_CONTENDERS),
-                        help="comma list; also hf-bf16-foreach, biomoe-loop-compile, biomoe-cli-bf16-mixed")
+                        help="comma list; also hf-bf16-foreach, biomoe-loop-compile, biomoe-cli-compile, biomoe-cli-bf16-mixed")
     parser.add_argument("--rows", default="",
                         help="comma list of globs over row ids shape@tokens/contender/precision, e.g. "
                              "'mixtral-2layer@16384/*' (the baseline row of each kept shape always runs)")
@@ -281,7 +281,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="shipped config the biomoe-cli rows are built from")
     parser.add_argument("--loop-backend", default=None,
                         help="expert backend of biomoe-loop (default: the config's model.runtime.expert_backend)")
-    parser.add_argument("--compile", action="store_true", help="add biomoe-loop-compile")
+    parser.add_argument("--compile", action="store_true", help="add biomoe-loop-compile and biomoe-cli-compile")
     parser.add_argument("--layer-ablation", action="store_true",
                         help="add biomoe-loop rows with one TE layer component on at a time")
     parser.add_argument("--independent-init", action="store_true",
@@ -318,8 +318,8 @@ def build_plan(args: argparse.Namespace) -> list[Row]:
     precisions = [parse_precision(p, key="--precisions") for p in _split(args.precisions)]
     variant_precisions = [parse_precision(p, key="--variant-precisions") for p in _split(args.variant_precisions)]
     contenders = _split(args.contenders)
-    if args.compile and "biomoe-loop-compile" not in contenders:
-        contenders.append("biomoe-loop-compile")
+    if args.compile:
+        contenders += [c for c in ("biomoe-loop-compile", "biomoe-cli-compile") if c not in contenders]
     if args.layer_ablation:
         contenders += [f"{ABLATION_PREFIX}{c.split('_')[0]} only]" for c in LAYER_COMPONENTS]
     if args.steps < 1 or args.warmup < 0:

@@ -90,7 +90,8 @@ def throughput(shape: BenchShape, step_ms: list[float]) -> Throughput:
 
 
 def free_memory(device: torch.device) -> None:
-    """Drop what the previous row left (collect cycles, return cached blocks) and reset the peak."""
+    """Drop what the previous row left (compiled graphs, cycles, cached blocks) and reset the peak."""
+    torch.compiler.reset()  # compiled code holds the previous row's modules and their weights
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize()
