@@ -130,3 +130,32 @@ def test_router_collapse_checks_once_per_optimizer_step_under_gradient_accumulat
             monitor.on_train_batch_end(SimpleNamespace(global_step=global_step), None, None, None, 0)
     assert monitor.streaks[0][3] == 2  # two optimizer steps so far
     assert not [w for w in caught if "router collapse" in str(w.message)]  # patience 3 not reached
+
+
+def test_router_collapse_hooks_stay_eager_inside_compiled_blocks(caplog: pytest.LogCaptureFixture) -> None:
+    """Traced by torch.compile, the monitor's per-layer hooks recompiled every block until torch's
+    recompile limit; they must count routed tokens without adding a compilation per layer."""
+    import logging
+
+    from biomoe.model.transformer import MoETransformer
+
+    cfg = ModelConfig(hidden_size=32, num_layers=10, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
+                      ffn_hidden_size=32)
+    torch.manual_seed(0)
+    model = MoETransformer(cfg).train()
+    for block in model.blocks:
+        block.compile(backend="eager")  # dynamo's tracing and guards, no code generation
+    monitor = RouterCollapseMonitor(check_every_n_steps=1)
+    monitor.on_train_start(SimpleNamespace(global_step=0), SimpleNamespace(model=model))
+    tokens = torch.randint(4, 8, (2, 16))
+    torch.compiler.reset()
+    try:
+        with caplog.at_level(logging.WARNING, logger="torch._dynamo"):
+            for _ in range(2):
+                model(tokens)
+    finally:
+        monitor.on_train_end(None, None)
+        torch.compiler.reset()
+    assert not [r for r in caplog.records if "recompile" in r.getMessage().lower()], caplog.text
+    assert sorted(monitor._counts) == list(range(10))
+    assert all(float(c.sum()) == 2 * 2 * 16 * 2 for c in monitor._counts.values())  # 2 passes x tokens x top-2

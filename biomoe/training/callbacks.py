@@ -313,6 +313,9 @@ class RouterCollapseMonitor(L.Callback):
                 self._handles.append(router.register_forward_hook(self._hook(idx)))
 
     def _hook(self, layer: int):
+        # Eager even inside compiled blocks: traced, each layer's closure and the growing dict of
+        # counts would be new guards, one recompilation per layer until torch's limit.
+        @torch.compiler.disable
         def record(module: torch.nn.Module, args: Any, out: Any) -> None:
             counts = getattr(out, "tokens_per_expert", None)
             if counts is None or not module.training:
