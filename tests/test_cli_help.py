@@ -74,3 +74,20 @@ def test_optimizer_flag_is_refused_in_one_line(capsys):
     assert main(["fit", "--optimizer", "torch.optim.SGD"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("biomoe: error:") and "optimizer" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("command", sorted(EXTRA_COMMANDS))
+def test_every_extra_subcommand_reports_a_bad_option_in_one_line(command, capsys):
+    code = main([command, "--no-such-option"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.startswith(f"biomoe: error: {command}: "), err
+    assert "--no-such-option" in err or "arguments are required" in err, err  # argparse reports missing ones first
+    assert len(err.splitlines()) == 1 and "usage:" not in err, err
+
+
+@pytest.mark.parametrize("command", sorted(EXTRA_COMMANDS))
+def test_every_extra_subcommand_keeps_its_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0 and f"usage: biomoe {command}" in capsys.readouterr().out

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from biomoe.command_line import CommandParser
 from biomoe.training.markov_baseline import training_sequences
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.losses import LN2, masked_cross_entropy_sum
@@ -47,7 +48,7 @@ def markov_table(datamodule: GenomeDataModule, max_order: int, alpha: float = 1.
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="biomoe markov", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="biomoe markov", description=__doc__.splitlines()[0])
     parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
     parser.add_argument("--max-order", type=int, default=8)
     parser.add_argument("--alpha", type=float, default=1.0, help="add-alpha smoothing")

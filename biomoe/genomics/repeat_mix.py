@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from biomoe.command_line import CommandParser
 from biomoe.training.markov_baseline import training_sequences
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
@@ -126,7 +127,7 @@ def markov_log_probs(datamodule: GenomeDataModule, order: int):
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="biomoe repeat-mix", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="biomoe repeat-mix", description=__doc__.splitlines()[0])
     parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
     parser.add_argument("--ckpt", default=None, help="biomoe checkpoint (default: an order-k Markov base)")
     parser.add_argument("--markov-order", type=int, default=7)

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from biomoe.command_line import CommandParser
 from biomoe.data.fasta import Genome, file_labels, resolve_fasta_paths
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
@@ -252,17 +253,10 @@ def read_report(path: Path) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------- command line
-class _Parser(argparse.ArgumentParser):
-    """Argument errors go to the CLI's one-line ``biomoe: error:`` report, not argparse's usage dump."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise argparse.ArgumentError(None, f"routing: {message}")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from biomoe.genomics.score_fasta import positive_int
 
-    parser = _Parser(prog="biomoe routing", description=__doc__.splitlines()[0],
+    parser = CommandParser(prog="biomoe routing", description=__doc__.splitlines()[0],
                      epilog="Species: the part of a genome's label (its file name without FASTA/gzip suffixes) "
                             "before the first '_': ecoli_536.fna.gz and ecoli_k12.fa are species 'ecoli'. "
                             "Fractions, species means and the JSD summary are described in the module "

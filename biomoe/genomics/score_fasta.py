@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from biomoe.command_line import CommandParser
 from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome
 from biomoe.files import atomic_path, check_outputs
@@ -94,7 +95,7 @@ def summary_rows(per_base: dict[str, np.ndarray]) -> list[dict[str, object]]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="biomoe score-fasta", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="biomoe score-fasta", description=__doc__.splitlines()[0])
     parser.add_argument("ckpt", help="Lightning checkpoint (or one written by import-hf), or a run folder: "
                         "its best checkpoint")
     parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")

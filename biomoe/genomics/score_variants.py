@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from biomoe.command_line import CommandParser
 from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome
 from biomoe.inference.run_folder import resolve_checkpoint
@@ -199,7 +200,7 @@ def score_windows(model: MoETransformer, variants: list[Variant], prepared: list
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="biomoe score-variants", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="biomoe score-variants", description=__doc__.splitlines()[0])
     parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
     parser.add_argument("fasta", nargs="+", help="reference genome FASTA file(s)")
     parser.add_argument("--variants", required=True, type=Path,

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from biomoe.command_line import CommandParser
 from biomoe.data.fasta import Genome
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
@@ -207,7 +208,7 @@ def embed_genome(model: MoETransformer, genome: Genome, out: np.ndarray, layout:
 def build_parser() -> argparse.ArgumentParser:
     from biomoe.genomics.score_fasta import positive_int
 
-    parser = argparse.ArgumentParser(prog="biomoe embed", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="biomoe embed", description=__doc__.splitlines()[0])
     parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
     parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
     parser.add_argument("--out", required=True, type=Path, help="output .npz (written atomically)")

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from biomoe.command_line import CommandParser
 from biomoe.data.tokenizer import A_ID, BOS_ID, C_ID, G_ID, N_ID, T_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.model.transformer import KVCache, MoETransformer
@@ -249,7 +250,7 @@ def _temperature(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     from biomoe.genomics.score_fasta import positive_int
 
-    parser = argparse.ArgumentParser(prog="biomoe generate", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="biomoe generate", description=__doc__.splitlines()[0])
     parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
     prompt = parser.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", default=None, help="bases to continue (default: start from <bos> alone)")

@@ -27,6 +27,7 @@ import lightning
 import torch
 from torch import Tensor
 
+from biomoe.command_line import CommandParser
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_path, check_outputs, write_text
@@ -254,7 +255,7 @@ def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) 
 def _convert_main(argv: list[str], prog: str, description: str, source: str, dest: str,
                   convert) -> int:
     """One small CLI for both directions: ``prog SOURCE DEST`` calls ``convert(SOURCE, DEST)``."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = CommandParser(prog=prog, description=description)
     parser.add_argument(source)
     parser.add_argument(dest)
     args = vars(parser.parse_args(argv))
