@@ -213,7 +213,8 @@ class RuntimeConfig:
     compile: bool = False
     """Run each block through ``torch.compile``: fuses the memory-bound work around the GEMMs
     (norms, rotary, SwiGLU, routing) at the price of compile time in the first steps. Transformer
-    Engine calls stay eager (the compiler works around them)."""
+    Engine calls stay eager (the compiler works around them). Worth it for wide models (hidden 4096:
+    5-7 % faster on an H200); small ones whose step is bound by the host get slower."""
     activation_checkpointing: bool = False
     """Recompute each block in backward: long contexts (hundreds of kilobases on one GPU) for about
     a third more compute."""
