@@ -261,3 +261,23 @@ def test_import_hf_cut_off_mid_write_keeps_the_previous_checkpoint(inputs: dict[
     monkeypatch.setattr(torch, "save", real_save)
     assert out.read_bytes() == before
     assert not list(tmp_path.glob(".imported.ckpt.*"))
+
+
+@pytest.mark.parametrize("raw, problem", [
+    (b"\x1f\x8b\x08\x00", "is gzip-compressed, not a YAML config"),
+    (b"key: 1\n\xff\n", "not a YAML config (not UTF-8 text: byte 0xff at offset 7)"),
+    (b"key: 1\x00\n", "not a YAML config (binary content)"),
+])
+def test_user_text_files_are_refused_in_one_line_naming_the_problem(raw, problem):
+    from biomoe.errors import GenomeInputError
+    from biomoe.files import decode_user_text
+
+    with pytest.raises(GenomeInputError) as info:
+        decode_user_text(raw, "run.yaml", "a YAML config")
+    assert str(info.value) == f"run.yaml: {problem}"
+
+
+def test_user_text_drops_a_spreadsheet_byte_order_mark():
+    from biomoe.files import decode_user_text
+
+    assert decode_user_text("\ufeffchr\t10\tA\tC\n".encode("utf-8"), "v.tsv", "a text table") == "chr\t10\tA\tC\n"

@@ -10,7 +10,6 @@ comparable with a network's ``val/bits_per_base`` and tells which ``order`` to g
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path

@@ -10,7 +10,6 @@ number is a held-out score like any other: same split, windows and positions as 
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 import zipfile

@@ -19,7 +19,6 @@ VCF can be scored as it comes from a caller.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from biomoe.inference.run_folder import resolve_checkpoint
 from biomoe.inference.scoring import load_model, sequence_log_likelihood
 from biomoe.model.transformer import MoETransformer
 from biomoe.genomics.score_fasta import positive_int, write_output
-from biomoe.files import check_outputs
+from biomoe.files import check_outputs, decode_user_text
 
 __all__ = ["VCF_SUFFIXES", "Variant", "read_variants", "read_vcf", "score_variants", "main"]
 
@@ -123,18 +122,7 @@ def _read_table_text(path: Path) -> str:
         raise GenomeInputError(path, "permission denied (not readable)") from None
     except OSError as exc:
         raise GenomeInputError(path, f"cannot read ({exc.strerror or exc})") from None
-    if raw.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark (spreadsheet "UTF-8 CSV/TSV" export)
-        raw = raw[3:]
-    if raw[:2] == b"\x1f\x8b":
-        raise GenomeInputError(path, "is gzip-compressed; the variant table must be plain-text TSV (gunzip it)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise GenomeInputError(path, f"not a text table (byte 0x{raw[exc.start]:02x} at offset {exc.start:,} "
-                                     "is not UTF-8)") from None
-    if "\x00" in text:
-        raise GenomeInputError(path, "not a text table (binary content)")
-    return text
+    return decode_user_text(raw, path, "a text table", " (the variant table must be plain-text TSV: gunzip it)")
 
 
 def variant_windows(genome: Genome, variant: Variant, window: int, source: str) -> tuple[int, str, str]:

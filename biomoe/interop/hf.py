@@ -17,7 +17,6 @@ softmax alone, so the exported model would route differently).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re

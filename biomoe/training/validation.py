@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from biomoe.errors import GenomeInputError
+from biomoe.files import decode_user_text
 from biomoe.model.config import ConfigError
 
 __all__ = ["RULES", "CLASS_RULES", "FREE_FORM", "validate_config", "check_config_files", "config_file_args"]
@@ -527,15 +528,7 @@ def check_config_files(argv: Sequence[str]) -> list[str]:
                 raw = handle.read()
         except OSError as exc:
             raise GenomeInputError(value, f"cannot read config ({exc.strerror or exc})") from None
-        if raw[:2] == b"\x1f\x8b":
-            raise GenomeInputError(value, "is gzip-compressed, not a YAML config")
-        try:
-            text_ = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise GenomeInputError(value, f"not a YAML config (not UTF-8 text: byte 0x{raw[exc.start]:02x} at "
-                                          f"offset {exc.start:,})") from None
-        if "\x00" in text_:
-            raise GenomeInputError(value, "not a YAML config (binary content)")
+        text_ = decode_user_text(raw, value, "a YAML config")
         try:
             loaded = yaml.safe_load(text_)
         except yaml.YAMLError as exc:
