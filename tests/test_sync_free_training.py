@@ -234,3 +234,24 @@ def test_progress_bar_shows_host_values_only_and_logs_throughput(tmp_path: Path)
     assert bar_keys == {"loss", "train/tokens_per_s"}
     assert trainer.progress_bar_metrics["train/tokens_per_s"] > 0
     assert trainer.progress_bar_metrics["loss"] == pytest.approx(float(trainer.logged_metrics["train/loss"]))
+
+
+def test_cross_mesh_gradient_norm_builds_no_tensor_from_host_data(monkeypatch):
+    """``torch.tensor(list, device=cuda)`` is a copy from pageable host memory, which makes the host
+    wait for the GPU: the strategy's clipping runs every step, so it must not build one."""
+    from biomoe.parallel.grad_clip import clip_grad_norm_, global_grad_norm
+
+    params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(4, dtype=torch.bfloat16))]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    expected = torch.linalg.vector_norm(torch.stack([p.grad.float().norm() for p in params]))
+
+    def no_host_tensors(*args, **kwargs):
+        raise AssertionError("torch.tensor called in the clipping path")
+
+    monkeypatch.setattr(torch, "tensor", no_host_tensors)
+    norm = global_grad_norm(params)
+    clip_grad_norm_(params, 0.5)
+    monkeypatch.undo()
+    torch.testing.assert_close(norm, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(global_grad_norm(params), torch.tensor(0.5), rtol=1e-3, atol=1e-5)

@@ -54,10 +54,14 @@ def global_grad_norm(parameters: Iterable[Tensor], group: dist.ProcessGroup | No
     locals_ = [local.detach() for local, _ in pieces]
     device = locals_[0].device
     total = torch.zeros((), dtype=torch.float32, device=device)
-    for idx in _by_device_and_dtype(locals_).values():
+    # One group per (device, dtype, copies): the weight is a Python number, so no tensor is built
+    # from host data every step (a host-to-device copy that would make the host wait for the GPU).
+    groups: dict[tuple, list[int]] = {}
+    for i, (local, copies) in enumerate(zip(locals_, (c for _, c in pieces))):
+        groups.setdefault((local.device, local.dtype, copies), []).append(i)
+    for (_, _, copies), idx in groups.items():
         norms = foreach_norm([locals_[i] for i in idx], 2.0)
-        copies = torch.tensor([pieces[i][1] for i in idx], dtype=torch.float32, device=device)
-        total = total + (torch.stack([n.to(device) for n in norms]) ** 2 / copies).sum()
+        total = total + (torch.stack([n.to(device) for n in norms]) ** 2).sum() / copies
     if world > 1:
         dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
     return total.sqrt()
