@@ -62,3 +62,25 @@ def test_subcommand_parser_and_logger_internals():
         assert name in result.stdout
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     assert lightning_compat.logs_this_step(trainer) in (True, False)
+
+
+def test_the_trainer_binds_model_logging_onto_callbacks_and_it_can_be_dropped(tmp_path):
+    """Lightning attaches the module's ``log``/``log_dict`` to each callback at fit start; a callback
+    kept after the fit (the benchmark's step timer) must let go of them, or the model stays alive."""
+    import lightning as L
+
+    class Keep(L.Callback):
+        pass
+
+    callback = Keep()
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    model = BoringModel()
+    trainer = L.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, callbacks=[callback],
+                        default_root_dir=tmp_path)
+    trainer.fit(model)
+    for attr in lightning_compat.MODEL_LOGGING_ATTRIBUTES:
+        assert getattr(callback, attr).__self__ is model
+    lightning_compat.detach_model_logging(callback)
+    assert not any(attr in vars(callback) for attr in lightning_compat.MODEL_LOGGING_ATTRIBUTES)

@@ -32,6 +32,7 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from torch.utils.data import DataLoader, Dataset
 
 from biomoe.bench.shapes import BenchShape
+from biomoe.compat.lightning import detach_model_logging
 from biomoe.bench.timing import StepClock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,9 +277,8 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
             trainer.fit(model, train_dataloaders=token_loader(ids, labels, total))
         except TimedStepsDone:
             pass
-        for callback in (timer, timer.end_mark):  # Lightning binds pl_module.log onto callbacks
-            for attr in ("log", "log_dict"):
-                callback.__dict__.pop(attr, None)
+        for callback in (timer, timer.end_mark):  # they outlive the fit: let go of the module
+            detach_model_logging(callback)
         if timer.optimizer_info is None and trainer.optimizers:
             timer.optimizer_info = describe_optimizer(trainer.optimizers[0])
         details.update(timer.optimizer_info or {})

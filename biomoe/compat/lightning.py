@@ -33,3 +33,14 @@ def add_subcommand(parser: Any, name: str, subparser: Any, help: str) -> None:
 def logs_this_step(trainer: Any) -> bool:
     """True when Lightning will write logged metrics this step (``log_every_n_steps``)."""
     return bool(trainer._logger_connector.should_update_logs)
+
+
+MODEL_LOGGING_ATTRIBUTES = ("log", "log_dict")
+"""What the Trainer binds onto every callback at fit start (``_attach_model_logging_functions``):
+the LightningModule's own bound ``log`` methods, which keep the module alive with the callback."""
+
+
+def detach_model_logging(callback: Any) -> None:
+    """Drop the module's logging methods the Trainer bound onto ``callback`` (it outlives the fit)."""
+    for attr in MODEL_LOGGING_ATTRIBUTES:
+        callback.__dict__.pop(attr, None)
