@@ -2,8 +2,8 @@
 jsonargparse 4.53.
 
 biomoe's CLI and progress bar override three private methods (their names are listed in
-``OVERRIDDEN``, so a test notices when Lightning renames one) and reads two private attributes,
-through the functions below.
+``OVERRIDDEN``, so a test notices when Lightning renames one), reads two private attributes, and
+removes the logging methods the Trainer binds onto callbacks, through the functions below.
 """
 
 from __future__ import annotations
