@@ -32,8 +32,8 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from torch.utils.data import DataLoader, Dataset
 
 from biomoe.bench.shapes import BenchShape
-from biomoe.compat.lightning import detach_model_logging
 from biomoe.bench.timing import StepClock
+from biomoe.compat.lightning import detach_model_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = ROOT / "configs" / "dna-small.yaml"
