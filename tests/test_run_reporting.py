@@ -146,6 +146,23 @@ def test_step_based_progress_bar_shows_no_negative_epoch_total():
     assert trainer.callbacks[0] is chosen
 
 
+def test_fit_through_the_cli_gets_the_step_based_progress_bar(tmp_path, monkeypatch):
+    """The Trainer appends its default bar to the configured callback list itself: the CLI must
+    still tell the user's callbacks from Lightning's and swap the default bar."""
+    from biomoe.training import run_setup
+
+    seen = []
+    install = run_setup.install_progress_bar
+
+    def spy(trainer, configured):
+        install(trainer, configured)
+        seen.append(type(trainer.progress_bar_callback).__name__)
+
+    monkeypatch.setattr(run_setup, "install_progress_bar", spy)
+    assert main(fit_args(tmp_path, "--trainer.enable_progress_bar", "true", "--trainer.max_steps", "1")) == 0
+    assert seen == ["StepProgressBar"]
+
+
 def test_tf32_is_set_only_on_gpus_with_tensor_cores(monkeypatch):
     from biomoe.training.run_setup import set_matmul_precision
 

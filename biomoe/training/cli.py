@@ -125,13 +125,16 @@ class BioMoECLI(LightningCLI):
         from biomoe.training.history import install_metrics_history
         from biomoe.training.run_setup import install_per_genome_metrics, install_progress_bar
 
+        # The user's callbacks, read before the Trainer exists: it appends its default ones (the
+        # progress bar among them) to this same list.
+        configured = self.config_init[self.subcommand].get("trainer", {}).get("callbacks") or []
+        configured = list(configured) if isinstance(configured, list) else [configured]
         trainer = super().instantiate_trainer(**kwargs)
         install_atomic_checkpoint_io(trainer)
         install_markov_baseline(trainer)
         install_per_genome_metrics(trainer)
         install_metrics_history(trainer)
-        configured = self.config_init[self.subcommand].get("trainer", {}).get("callbacks") or []
-        install_progress_bar(trainer, configured if isinstance(configured, list) else [configured])
+        install_progress_bar(trainer, configured)
         return trainer
 
     def _resolve_run_folder(self) -> None:
