@@ -391,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_quiet_interrupt_notice)
     # We pass argv explicitly (``--debug`` removed); Lightning warns about that on every run.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+    # Lightning's own use of a torch API deprecated in torch 2.13, once per fit: nothing a user can change.
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     debug = os.environ.get("BIOMOE_DEBUG") == "1"
     if "--debug" in argv:
         argv.remove("--debug")
