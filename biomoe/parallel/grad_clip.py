@@ -30,11 +30,12 @@ def _local_and_copies(grad: Tensor, world: int) -> tuple[Tensor, float]:
     return grad, float(world)  # a plain tensor is replicated on every rank
 
 
-def _by_device_and_dtype(tensors: list[Tensor]) -> dict[tuple, list[int]]:
-    """Indices of ``tensors`` grouped so that each group can go through one foreach kernel."""
+def _by_device_and_dtype(tensors: list[Tensor], *also: list) -> dict[tuple, list[int]]:
+    """Indices of ``tensors`` grouped so that each group can go through one foreach kernel
+    (keyed by device, dtype and the matching entries of any lists in ``also``)."""
     groups: dict[tuple, list[int]] = {}
     for i, t in enumerate(tensors):
-        groups.setdefault((t.device, t.dtype), []).append(i)
+        groups.setdefault((t.device, t.dtype, *(values[i] for values in also)), []).append(i)
     return groups
 
 
@@ -56,10 +57,7 @@ def global_grad_norm(parameters: Iterable[Tensor], group: dist.ProcessGroup | No
     total = torch.zeros((), dtype=torch.float32, device=device)
     # One group per (device, dtype, copies): the weight is a Python number, so no tensor is built
     # from host data every step (a host-to-device copy that would make the host wait for the GPU).
-    groups: dict[tuple, list[int]] = {}
-    for i, (local, copies) in enumerate(zip(locals_, (c for _, c in pieces))):
-        groups.setdefault((local.device, local.dtype, copies), []).append(i)
-    for (_, _, copies), idx in groups.items():
+    for (_, _, copies), idx in _by_device_and_dtype(locals_, [c for _, c in pieces]).items():
         norms = foreach_norm([locals_[i] for i in idx], 2.0)
         total = total + (torch.stack([n.to(device) for n in norms]) ** 2).sum() / copies
     if world > 1:
