@@ -3,7 +3,7 @@
 
 import sys
 
-from biomoe.training.cli import main
+from biomoe.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

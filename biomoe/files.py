@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -271,3 +272,25 @@ def decode_user_text(raw: bytes, path: PathLike, kind: str, gzip_advice: str = "
     if "\x00" in text:
         raise GenomeInputError(path, f"not {kind} (binary content)")
     return text
+
+
+def swap_in_directory(tmp: Path, final: Path) -> None:
+    """Replace ``final`` (file or directory) by the finished ``tmp`` directory.
+
+    Two renames rather than one because a non-empty directory cannot be renamed over; in the
+    short window between them a reader finds either the old or the new copy under ``.old``.
+    """
+    old = final.with_name(f".{final.name}.old")
+    if old.exists():
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+    if final.exists() or final.is_symlink():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old.exists():
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+
+
+def save_figure(fig, out_path: PathLike, dpi: int) -> None:
+    """``fig.savefig`` atomically (the image appears complete or not at all, never over an input)."""
+    with atomic_path(out_path) as tmp:
+        fig.savefig(tmp, dpi=dpi)

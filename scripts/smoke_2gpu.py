@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         if max(post) > 1.15 * max(pre):
             raise SmokeFailure("loss jumped after resume: weights or optimizer state not restored")
 
-        from biomoe.parallel.checkpoint import consolidate
+        from biomoe.checkpoint.distributed import consolidate
 
         single = consolidate(ckpt, run_dir / "consolidated.ckpt")
         import torch

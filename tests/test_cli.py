@@ -68,7 +68,7 @@ def test_every_shipped_config_parses():
     nobody runs on CPU). One process checks them all; --print_config validates without building."""
     script = (
         "import sys, contextlib, io\n"
-        "from biomoe.training.cli import main\n"
+        "from biomoe.cli.main import main\n"
         "bad = []\n"
         "for path in sys.argv[1:]:\n"
         "    try:\n"
@@ -87,7 +87,7 @@ def test_every_shipped_config_parses():
 
 def test_fused_adamw_with_bf16_and_gradient_clipping(tmp_path):
     """Lightning's AMP plugin refuses to clip for fused optimizers; our module clips itself (GPU default)."""
-    from biomoe.training.cli import main
+    from biomoe.cli.main import main
 
     code = main(["fit", "--config", str(ROOT / "configs/tiny.yaml"), "--model.optim.fused", "true",
                  "--trainer.precision", "bf16-mixed", "--trainer.max_steps", "3",

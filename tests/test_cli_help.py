@@ -10,7 +10,8 @@ import pytest
 
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.config import ModelConfig, OptimConfig
-from biomoe.training.cli import COMMAND_SUMMARIES, EXTRA_COMMANDS, main
+from biomoe.cli.commands import COMMAND_SUMMARIES, EXTRA_COMMANDS
+from biomoe.cli.main import main
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 

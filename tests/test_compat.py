@@ -52,7 +52,7 @@ def test_subcommand_parser_and_logger_internals():
 
     import lightning as L
 
-    from biomoe.training.cli import EXTRA_COMMANDS
+    from biomoe.cli.commands import EXTRA_COMMANDS
 
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run([sys.executable, str(root / "cli.py"), "--help"], capture_output=True, text=True,

@@ -17,7 +17,7 @@ from biomoe.data.fasta import Genome
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.training.genome_metrics import PerGenomeMetrics
-from biomoe.training.markov_baseline import training_sequences
+from biomoe.genomics.markov import training_sequences
 from biomoe.training.module import BioMoEModule
 from conftest import random_dna
 

@@ -10,7 +10,7 @@ from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.inference.embed import hidden_states, parse_layer
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer, rotary_tables
-from biomoe.training.cli import main as cli_main
+from biomoe.cli.main import main as cli_main
 from conftest import random_dna, save_checkpoint
 
 TOK = NucleotideTokenizer()

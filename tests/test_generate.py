@@ -11,7 +11,7 @@ from biomoe.data.tokenizer import A_ID, BOS_ID, N_ID, T_ID, NucleotideTokenizer
 from biomoe.inference.generate import SamplingSettings, generate, parse_region, sample_next
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import KVCache, MoETransformer
-from biomoe.training.cli import main as cli_main
+from biomoe.cli.main import main as cli_main
 from conftest import random_dna, save_checkpoint
 
 TOK = NucleotideTokenizer()

@@ -14,8 +14,8 @@ import pytest
 import torch
 import yaml
 
-from biomoe.inference.run_folder import resolve_checkpoint
-from biomoe.training.cli import main
+from biomoe.checkpoint.run_folder import resolve_checkpoint
+from biomoe.cli.main import main
 from conftest import random_dna
 
 ROOT = Path(__file__).resolve().parents[1]

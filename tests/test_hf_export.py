@@ -11,7 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-from biomoe.training.cli import main as cli_main  # noqa: E402
+from biomoe.cli.main import main as cli_main  # noqa: E402
 from biomoe.model.config import ConfigError, ModelConfig  # noqa: E402
 from biomoe.interop.hf import export_hf, import_hf  # noqa: E402
 from biomoe.inference.scoring import load_model  # noqa: E402

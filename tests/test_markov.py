@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from biomoe.training.markov_baseline import MarkovBaseline, training_sequences
+from biomoe.genomics.markov import training_sequences
+from biomoe.training.markov_baseline import MarkovBaseline
 from biomoe.model.config import ModelConfig, OptimConfig
 from biomoe.data.datamodule import GenomeDataModule, split_regions
 from biomoe.model.losses import LN2, masked_cross_entropy_sum

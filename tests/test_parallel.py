@@ -238,7 +238,7 @@ def _reshard(rank: int, world: int, root: str) -> None:
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          set_model_state_dict)
 
-    from biomoe.parallel.checkpoint import load_model_state
+    from biomoe.checkpoint.distributed import load_model_state
 
     cfg = tiny_config()
     gathered = StateDictOptions(full_state_dict=True)
@@ -326,7 +326,7 @@ def _fit(epochs: int, ckpt_path: str | None = None, save_to: str | None = None):
 def _resume(rank: int, world: int, root: str) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from biomoe.parallel.checkpoint import consolidate
+    from biomoe.checkpoint.distributed import consolidate
 
     straight, _, _ = _fit(epochs=2)
     assert len(straight) == 8 and straight[-1] < straight[0], straight

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from biomoe.training.cli import main as cli_main
+from biomoe.cli.main import main as cli_main
 from biomoe.model.config import ModelConfig
 from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome

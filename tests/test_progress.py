@@ -9,7 +9,7 @@ import torch
 
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
-from biomoe.training.cli import main as cli_main
+from biomoe.cli.main import main as cli_main
 from conftest import random_dna, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from biomoe.training.callbacks import NonFiniteError, NonFiniteGuard, RouterCollapseMonitor
-from biomoe.training.cli import install_atomic_checkpoint_io
+from biomoe.cli.lightning_cli import install_atomic_checkpoint_io
 from biomoe.model.config import ModelConfig, OptimConfig
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.training.module import BioMoEModule

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from biomoe.training.checkpoint_io import AtomicCheckpointIO
+from biomoe.checkpoint.save import AtomicCheckpointIO
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPER = ROOT / "tests" / "helpers" / "kill_mid_save.py"
@@ -75,7 +75,7 @@ def test_sigkill_mid_save_keeps_previous_checkpoint(tmp_path: Path, mode: str, p
 import copy  # noqa: E402
 import zipfile  # noqa: E402
 
-from biomoe.training.cli import main  # noqa: E402
+from biomoe.cli.main import main  # noqa: E402
 from conftest import error_line as _error_line  # noqa: E402
 
 TINY = str(ROOT / "configs/tiny.yaml")

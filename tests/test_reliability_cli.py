@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import biomoe.data.fasta as fasta_mod
-from biomoe.training.cli import main
+from biomoe.cli.main import main
 from conftest import error_line, random_dna
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +193,7 @@ def test_ckpt_hparams_do_not_override_runtime_switches(tmp_path: Path, monkeypat
     machine without a C compiler could not run it at all). How to run comes from the config; what the model is, from the
     checkpoint."""
     torch = pytest.importorskip("torch")
-    from biomoe.training.cli import BioMoECLI, run_lightning_cli
+    from biomoe.cli.lightning_cli import BioMoECLI, run_lightning_cli
     from biomoe.model.config import ModelConfig
 
     ckpt = tmp_path / "m.ckpt"
@@ -234,4 +234,4 @@ def test_folder_ckpt_path_on_one_device_is_one_line(tmp_path: Path, capsys, comm
     (folder / "__0_0.distcp").write_bytes(b"")
     assert main(_eval_args(command, fasta, tmp_path, folder)) == 2
     line = _error_line(capsys.readouterr().err)
-    assert str(folder) in line and "python -m biomoe.parallel.checkpoint" in line
+    assert str(folder) in line and "python -m biomoe.checkpoint.distributed" in line

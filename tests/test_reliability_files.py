@@ -19,7 +19,7 @@ from biomoe import files
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
-from biomoe.training.cli import main
+from biomoe.cli.main import main
 from conftest import error_line as _error_line, random_dna, save_checkpoint
 
 TINY_MODEL = dict(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
@@ -86,7 +86,7 @@ def test_atomic_writes_take_permissions_from_the_umask(tmp_path: Path, umask: in
         files.write_text(tmp_path / "a.txt", "x")
         with files.atomic_path(tmp_path / "b.npz") as tmp:
             tmp.write_bytes(b"x")
-        from biomoe.training.checkpoint_io import atomic_torch_save
+        from biomoe.checkpoint.save import atomic_torch_save
 
         atomic_torch_save({"w": torch.ones(2)}, tmp_path / "c.ckpt")
     finally:
@@ -109,7 +109,7 @@ def test_failed_write_keeps_the_previous_file_and_no_temp(tmp_path: Path) -> Non
 def test_interrupted_torch_save_is_a_keyboard_interrupt(tmp_path: Path, monkeypatch) -> None:
     """torch's zip writer, interrupted while it calls back into Python, raises a RuntimeError about
     file positions; the writer turns it back into the Ctrl-C it was."""
-    from biomoe.training.checkpoint_io import atomic_torch_save
+    from biomoe.checkpoint.save import atomic_torch_save
 
     target = tmp_path / "last.ckpt"
     atomic_torch_save({"step": 1}, target)

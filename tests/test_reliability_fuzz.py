@@ -26,7 +26,7 @@ from biomoe.data.fasta import Genome  # noqa: E402
 from biomoe.errors import GenomeInputError  # noqa: E402
 from biomoe.model.config import ConfigError  # noqa: E402
 from biomoe.training import validation  # noqa: E402
-from biomoe.training.cli import main  # noqa: E402
+from biomoe.cli.main import main  # noqa: E402
 from conftest import random_dna  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import pytest
 import biomoe.data.fasta as fasta_mod
 from biomoe.data.fasta import Genome
 from biomoe.errors import GenomeInputError
-from biomoe.training.cli import main
+from biomoe.cli.main import main
 from conftest import error_line as _error_line, fasta_text, random_dna
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import pytest
 
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.training import validation
-from biomoe.training.cli import main
+from biomoe.cli.main import main
 from conftest import error_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,7 +240,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 
 def test_classify_reads_errors_from_dataloader_workers() -> None:
     """torch re-raises a worker's GenomeInputError as a RuntimeError holding the worker's traceback."""
-    from biomoe.training.user_errors import classify
+    from biomoe.cli.user_errors import classify
 
     text = ("Caught GenomeInputError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
             '  File "x.py", line 1, in f\nbiomoe.errors.GenomeInputError: g.fa: changed while biomoe was reading it')

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from biomoe.training.cli import main
+from biomoe.cli.main import main
 from biomoe.model.config import ConfigError, ModelConfig
 from biomoe.model.transformer import MoETransformer
 from biomoe.genomics.repeat_expert import RepeatTable, default_k, mixture_log_likelihood

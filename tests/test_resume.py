@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
-from biomoe.training.cli import main
+from biomoe.cli.main import main
 from biomoe.data.datamodule import GenomeDataModule, ResumableBatchSampler
 
 ROOT = Path(__file__).resolve().parents[1]

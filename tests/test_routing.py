@@ -13,7 +13,7 @@ from biomoe.genomics.routing import (RoutingCounter, jensen_shannon_bits, specie
                                      window_starts)
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer, rotary_tables
-from biomoe.training.cli import main as cli_main
+from biomoe.cli.main import main as cli_main
 from conftest import random_dna, save_checkpoint
 
 TOK = NucleotideTokenizer()

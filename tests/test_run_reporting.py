@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from biomoe.training.cli import main
+from biomoe.cli.main import main
 from conftest import random_dna
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +193,7 @@ def test_kernels_line_names_the_precision_that_computes():
 def test_other_fasta_on_the_command_line_drops_the_checkpoints_file_names():
     """Scoring a held-out strain alone (--data.fasta strain.fa) must not inherit test_files that name
     the pretraining collection's files; the split fractions still come from the checkpoint."""
-    from biomoe.training.checkpoint_data import data_keys_on_command_line, settings_to_apply
+    from biomoe.cli.checkpoint_data import data_keys_on_command_line, settings_to_apply
 
     saved = {"fasta": ["a.fa", "b.fa"], "test_files": ["b"], "val_fraction": 0.05, "batch_size": 64,
              "sampling_temperature": 2.0}

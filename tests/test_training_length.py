@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from biomoe.data.datamodule import GenomeDataModule
-from biomoe.inference.run_folder import resolve_checkpoint
+from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.inference.scoring import load_model, sequence_log_likelihood
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.training.module import BioMoEModule

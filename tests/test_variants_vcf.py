@@ -10,7 +10,7 @@ import torch
 from biomoe.genomics.score_variants import Variant, read_vcf
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
-from biomoe.training.cli import main as cli_main
+from biomoe.cli.main import main as cli_main
 from conftest import random_dna, save_checkpoint
 
 pysam = pytest.importorskip("pysam")

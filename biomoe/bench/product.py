@@ -248,7 +248,7 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
     feeds the in-memory batches. ``warmup + steps + 1`` steps in a scratch folder, removed afterwards."""
     import warnings
 
-    from biomoe.training.cli import BioMoECLI, run_lightning_cli
+    from biomoe.cli.lightning_cli import BioMoECLI, run_lightning_cli
 
     device = ids.device
     accelerator = "gpu" if device.type == "cuda" else "cpu"

@@ -30,6 +30,12 @@ def add_subcommand(parser: Any, name: str, subparser: Any, help: str) -> None:
     parser._subcommands_action.add_subcommand(name, subparser, help=help)
 
 
+def set_negative_number_matcher(parser: Any, pattern: Any) -> None:
+    """Which tokens argparse reads as (negative) numbers rather than option names: Python 3.11's
+    default takes ``-1e-3`` for an option."""
+    parser._negative_number_matcher = pattern
+
+
 def logs_this_step(trainer: Any) -> bool:
     """True when Lightning will write logged metrics this step (``log_every_n_steps``)."""
     return bool(trainer._logger_connector.should_update_logs)

@@ -20,16 +20,18 @@ distribution.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from biomoe.data.datamodule import split_regions
 from biomoe.data.tokenizer import A_ID, NucleotideTokenizer
 
-__all__ = ["MarkovModel", "count_kmers", "MAX_ORDER"]
+__all__ = ["MarkovModel", "count_kmers", "MAX_ORDER", "training_sequences"]
 
 MAX_ORDER = 12
 """4^(12+1) int64 counters are 0.5 GB; beyond that a dense table is the wrong data structure."""
@@ -148,3 +150,17 @@ class MarkovModel:
             cache = (device, table, offsets)
             object.__setattr__(self, "_device_cache", cache)
         return cache[1], cache[2]
+
+
+def training_sequences(datamodule: Any) -> Iterator[np.ndarray]:
+    """Token ids of every training region of a set-up :class:`~biomoe.data.datamodule.GenomeDataModule`.
+
+    Regions are the datamodule's own training regions (validation, test and held-out files
+    excluded), so the baseline never sees a held-out base.
+    """
+    genome = datamodule.genome
+    train = getattr(datamodule, "train_regions", None)
+    if train is None:
+        train, _ = split_regions(genome, datamodule.val_contigs, datamodule.val_fraction)
+    for contig, lo, hi in train:
+        yield datamodule.tokenizer.encode(genome.fetch(contig, lo, hi))

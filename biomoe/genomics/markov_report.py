@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from biomoe.command_line import CommandParser
-from biomoe.training.markov_baseline import training_sequences
+from biomoe.cli.arguments import CommandParser
+from biomoe.genomics.markov import training_sequences
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.losses import LN2, masked_cross_entropy_sum
 from biomoe.genomics.markov import MAX_ORDER, MarkovModel

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import time
-import zipfile
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
 
-from biomoe.command_line import CommandParser
-from biomoe.training.markov_baseline import training_sequences
+from biomoe.cli.arguments import CommandParser
+from biomoe.genomics.markov import training_sequences
+from biomoe.checkpoint.records import training_data_settings
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome
@@ -90,8 +90,7 @@ def expert_for_checkpoint(ckpt: str, fasta: list[str] | None = None, k: int | No
             raise GenomeInputError(", ".join(map(str, fasta)), f"no run of {table.k + 1} A/C/G/T bases: "
                                                                "the repeat expert would be empty")
         return RepeatExpert(table, switch, smoothing, follow_copies)
-    mmap = zipfile.is_zipfile(ckpt)  # torch can map only its zip format (not the legacy pickle)
-    saved = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=mmap).get("datamodule_hyper_parameters")
+    saved = training_data_settings(ckpt)
     if not saved or not saved.get("fasta"):
         raise GenomeInputError(ckpt, "records no training FASTA for the repeat expert; "
                                      "give the training sequences with --repeat-fasta")

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.command_line import CommandParser
+from biomoe.cli.arguments import CommandParser
 from biomoe.data.fasta import Genome, file_labels, resolve_fasta_paths
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
@@ -310,9 +310,9 @@ def _replot(args: argparse.Namespace) -> int:
 
 def main(argv: list[str]) -> int:
     from biomoe.files import check_outputs, write_text
-    from biomoe.inference.run_folder import resolve_checkpoint
+    from biomoe.checkpoint.run_folder import resolve_checkpoint
     from biomoe.inference.scoring import check_checkpoint_file, load_model
-    from biomoe.inference.training_settings import training_seq_length
+    from biomoe.checkpoint.records import training_seq_length
     from biomoe.progress import progress_bar
 
     args = build_parser().parse_args(argv)

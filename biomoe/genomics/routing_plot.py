@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from biomoe.errors import GenomeInputError
+from biomoe.files import save_figure
 
 __all__ = ["grouped_rows", "plot_routing", "require_matplotlib"]
 
@@ -48,7 +49,6 @@ def plot_routing(report: dict[str, Any], out_path: str | Path, dpi: int = 150) -
     import matplotlib.pyplot as plt
     from matplotlib.transforms import blended_transform_factory
 
-    from biomoe.training.plots import save_figure
 
     try:
         layers = [str(layer) for layer in report["moe_layers"]]

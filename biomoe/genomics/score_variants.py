@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from biomoe.command_line import CommandParser
+from biomoe.cli.arguments import CommandParser
 from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome
-from biomoe.inference.run_folder import resolve_checkpoint
+from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.inference.scoring import load_model, sequence_log_likelihood
 from biomoe.model.transformer import MoETransformer
 from biomoe.genomics.score_fasta import positive_int, write_output

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.command_line import CommandParser
+from biomoe.cli.arguments import CommandParser
 from biomoe.data.fasta import Genome
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
@@ -231,9 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from biomoe.files import atomic_write, check_outputs
-    from biomoe.inference.run_folder import resolve_checkpoint
+    from biomoe.checkpoint.run_folder import resolve_checkpoint
     from biomoe.inference.scoring import load_model
-    from biomoe.inference.training_settings import training_seq_length
+    from biomoe.checkpoint.records import training_seq_length
     from biomoe.progress import progress_bar
 
     args = build_parser().parse_args(argv)

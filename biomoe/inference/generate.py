@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.command_line import CommandParser
+from biomoe.cli.arguments import CommandParser
 from biomoe.data.tokenizer import A_ID, BOS_ID, C_ID, G_ID, N_ID, T_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.model.transformer import KVCache, MoETransformer
@@ -279,9 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from biomoe.files import atomic_write, check_outputs
-    from biomoe.inference.run_folder import resolve_checkpoint
+    from biomoe.checkpoint.run_folder import resolve_checkpoint
     from biomoe.inference.scoring import load_model
-    from biomoe.inference.training_settings import training_seq_length
+    from biomoe.checkpoint.records import training_seq_length
     from biomoe.progress import progress_bar
 
     args = build_parser().parse_args(argv)

@@ -7,33 +7,23 @@ Trainer and a datamodule for that would tie offline analysis to the training set
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
 import numpy as np
 import torch
 
-from biomoe.model.config import ConfigError, ModelConfig
+from biomoe.checkpoint.hparams import model_config_from
+from biomoe.checkpoint.run_folder import resolve_checkpoint
+from biomoe.model.config import ConfigError
 from biomoe.errors import GenomeInputError
 from biomoe.model.losses import per_position_log_likelihood
 from biomoe.model.backends import LayerBackends
 from biomoe.model.transformer import MoETransformer
-from biomoe.training.checkpoint_check import check_checkpoint_file, verify_checkpoint
+from biomoe.checkpoint.verify import check_checkpoint_file, verify_checkpoint
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 
-__all__ = ["check_checkpoint_file", "load_model", "model_config_from", "sequence_log_likelihood"]
-
-
-def model_config_from(hparams: dict[str, Any]) -> ModelConfig:
-    """The ModelConfig saved by ``save_hyperparameters`` (a dataclass, or a dict from YAML)."""
-    cfg = hparams.get("config")
-    if isinstance(cfg, ModelConfig):
-        return ModelConfig(**dataclasses.asdict(cfg))
-    if isinstance(cfg, dict):
-        known = {f.name for f in dataclasses.fields(ModelConfig)}
-        return ModelConfig(**{k: v for k, v in cfg.items() if k in known})
-    return ModelConfig()
+__all__ = ["load_model", "sequence_log_likelihood"]
 
 
 def load_model(ckpt_path: str | os.PathLike[str], map_location: str = "cpu",
@@ -43,17 +33,15 @@ def load_model(ckpt_path: str | os.PathLike[str], map_location: str = "cpu",
     ``expert_backend`` overrides the training backend (a checkpoint trained with TE kernels must be
     scorable on a CPU); the weights are the same for every backend.
     """
-    from biomoe.inference.run_folder import resolve_checkpoint
-
     path = resolve_checkpoint(ckpt_path)  # a run folder -> its best checkpoint (said on stderr)
     check_checkpoint_file(path)
     if os.path.isdir(path):
         raise GenomeInputError(path, "is a folder (a distributed checkpoint?); this needs a checkpoint file: "
-                                     f"python -m biomoe.parallel.checkpoint {path} model.ckpt")
+                                     f"python -m biomoe.checkpoint.distributed {path} model.ckpt")
     try:
         # integrity, structure, shapes against its hyper-parameters, finite weights: one line each
         ckpt = verify_checkpoint(path)
-        cfg = model_config_from(ckpt.get("hyper_parameters", {}))
+        cfg = model_config_from((ckpt.get("hyper_parameters") or {}).get("config"))
         model = MoETransformer(cfg, LayerBackends(experts=expert_backend or "grouped"))
         state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
         model.load_state_dict(state)

@@ -26,13 +26,13 @@ import lightning
 import torch
 from torch import Tensor
 
-from biomoe.command_line import CommandParser
+from biomoe.cli.arguments import CommandParser
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_path, check_outputs, write_text
-from biomoe.training.checkpoint_check import check_finite
-from biomoe.training.checkpoint_io import atomic_torch_save
-from biomoe.inference.run_folder import resolve_checkpoint
+from biomoe.checkpoint.verify import check_finite
+from biomoe.checkpoint.save import atomic_torch_save
+from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.inference.scoring import load_model
 from biomoe.model.transformer import MoETransformer
 from biomoe.data.tokenizer import BOS_ID, EOS_ID, PAD_ID

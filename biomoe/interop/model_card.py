@@ -9,13 +9,13 @@ monitors ``val/bits_per_base``. What the checkpoint does not hold is said to be 
 from __future__ import annotations
 
 import os
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from biomoe.inference.run_folder import MONITOR
+from biomoe.checkpoint.read import read_checkpoint_or_none, recorded
+from biomoe.checkpoint.run_folder import MONITOR
 from biomoe.model.config import ModelConfig
 
 __all__ = ["TrainingRecord", "training_record", "model_card"]
@@ -38,20 +38,13 @@ def _ckpt_name(path: Any) -> str:
 
 def training_record(ckpt_path: str | os.PathLike[str]) -> TrainingRecord:
     """Read steps, data settings and the recorded validation score (memory-mapped: no weights read)."""
-    import torch
-
-    path = os.fspath(ckpt_path)
-    if not os.path.isfile(path):
-        return TrainingRecord()
-    ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=zipfile.is_zipfile(path))
-    if not isinstance(ckpt, Mapping):
+    ckpt = read_checkpoint_or_none(ckpt_path)
+    if ckpt is None:
         return TrainingRecord()
     record = TrainingRecord()
     if isinstance(ckpt.get("global_step"), int):
         record.global_step = ckpt["global_step"]
-    data = ckpt.get("datamodule_hyper_parameters")
-    if isinstance(data, Mapping):
-        record.data = {str(k): v for k, v in data.items() if not str(k).startswith("_")}
+    record.data = recorded(ckpt, "datamodule_hyper_parameters")
     for key, state in (ckpt.get("callbacks") or {}).items():
         if not (str(key).startswith("ModelCheckpoint") and isinstance(state, Mapping)):
             continue

@@ -10,7 +10,7 @@ The pieces, each in its own module (torchtitan's ``parallelize_*`` layout):
 * :mod:`~biomoe.parallel.grad_clip` — gradient clipping over parameters living on several meshes;
 * :mod:`~biomoe.parallel.parallelize` — the parallel plan and the steps that apply it
   (called by :func:`biomoe.build.build_model`, in torchtitan's order);
-* :mod:`~biomoe.parallel.checkpoint` — consolidating a distributed checkpoint into one file;
+* :mod:`~biomoe.checkpoint.distributed` — consolidating a distributed checkpoint into one file;
 * :mod:`~biomoe.parallel.strategy` — the Lightning strategy that drives it.
 """
 

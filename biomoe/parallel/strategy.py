@@ -33,7 +33,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.strategies.parallel import ParallelStrategy
 from torch.optim import Optimizer
 
-from biomoe.parallel.checkpoint import swap_in
+from biomoe.files import swap_in_directory
 from biomoe.parallel.grad_clip import clip_grad_norm_, clip_grad_value_
 from biomoe.parallel.mesh import ParallelDims, ParallelMeshes, build_meshes
 from biomoe.parallel.parallelize import ParallelPlan
@@ -66,7 +66,7 @@ class ExpertParallelStrategy(ModelParallelStrategy):
         if not save_distributed_checkpoint:
             raise ValueError("ExpertParallelStrategy always saves distributed checkpoints (the "
                              "single-file path re-keys optimizer state with FSDP1 APIs that break "
-                             "with EP); export one file with `python -m biomoe.parallel.checkpoint`")
+                             "with EP); export one file with `python -m biomoe.checkpoint.distributed`")
         super().__init__(data_parallel_size="auto", tensor_parallel_size=1,
                          save_distributed_checkpoint=True,
                          process_group_backend=process_group_backend, timeout=timeout)
@@ -143,7 +143,7 @@ class ExpertParallelStrategy(ModelParallelStrategy):
         super().save_checkpoint(checkpoint, tmp, storage_options)
         self.barrier()
         if self.global_rank == 0:
-            swap_in(tmp, final)
+            swap_in_directory(tmp, final)
         self.barrier()
 
     def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> dict[str, Any]:

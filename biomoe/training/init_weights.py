@@ -14,6 +14,8 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
+from biomoe.checkpoint.read import read_checkpoint
+from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.errors import GenomeInputError
 
 __all__ = ["InitWeights"]
@@ -37,13 +39,12 @@ class InitWeights(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit" or self.loaded_from is not None:
             return
-        from biomoe.inference.run_folder import resolve_checkpoint
-
         path = resolve_checkpoint(self.checkpoint)
         if not os.path.isfile(path):
             raise GenomeInputError(path, "InitWeights needs a checkpoint file (or a run folder holding one)")
         pl_module.configure_model()  # the model exists from here on (idempotent)
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True).get("state_dict") or {}
+        ckpt = read_checkpoint(path)
+        state = (ckpt.get("state_dict") if isinstance(ckpt, dict) else None) or {}
         weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
         own = pl_module.model.state_dict()
         for name, tensor in own.items():

@@ -9,7 +9,6 @@ the first full (non-sanity-check) pass and cached, because it cannot change betw
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
@@ -17,25 +16,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.data.datamodule import split_regions
 from biomoe.model.losses import LN2, masked_cross_entropy_sum
-from biomoe.genomics.markov import MarkovModel
+from biomoe.genomics.markov import MarkovModel, training_sequences
 
-__all__ = ["EvaluationPassCallback", "MarkovBaseline", "training_sequences"]
-
-
-def training_sequences(datamodule: Any) -> Iterator[np.ndarray]:
-    """Token ids of every training region of a set-up :class:`~biomoe.data.datamodule.GenomeDataModule`.
-
-    Regions are the datamodule's own training regions (validation, test and held-out files
-    excluded), so the baseline never sees a held-out base.
-    """
-    genome = datamodule.genome
-    train = getattr(datamodule, "train_regions", None)
-    if train is None:
-        train, _ = split_regions(genome, datamodule.val_contigs, datamodule.val_fraction)
-    for contig, lo, hi in train:
-        yield datamodule.tokenizer.encode(genome.fetch(contig, lo, hi))
+__all__ = ["EvaluationPassCallback", "MarkovBaseline"]
 
 
 class EvaluationPassCallback(L.Callback):

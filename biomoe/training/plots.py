@@ -7,13 +7,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
-
-def save_figure(fig, out_path: str | Path, dpi: int) -> None:
-    """``fig.savefig`` atomically (the PNG appears complete or not at all, never over an input)."""
-    from biomoe.files import atomic_path
-
-    with atomic_path(out_path) as tmp:
-        fig.savefig(tmp, dpi=dpi)
+from biomoe.files import save_figure
 
 
 def read_metrics(csv_path: str | Path) -> dict[str, list[tuple[int, float]]]:

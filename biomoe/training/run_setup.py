@@ -2,7 +2,7 @@
 the progress bar, and biomoe's own callbacks and metric history.
 
 Each function does one thing and is safe to call on a Trainer built elsewhere; the CLI calls them
-in :meth:`~biomoe.training.cli.BioMoECLI.instantiate_classes` and ``instantiate_trainer``.
+in :meth:`~biomoe.cli.main.BioMoECLI.instantiate_classes` and ``instantiate_trainer``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from biomoe.training.checkpoint_io import AtomicCheckpointIO
+from biomoe.checkpoint.save import AtomicCheckpointIO
 
 target, marker, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 state = {"written": 0, "tmp": None}

@@ -6,8 +6,8 @@ traffic per parameter per step. TE's multi-tensor kernel reads the bf16 gradient
 master, both moments and the bf16 weight in one pass (28 bytes; 20 with bf16 moments), which is what
 lets fp32 master weights cost little against updating bf16 weights in place.
 
-Checkpoints are written in the reference optimizer's layout (per parameter ``master``,
-``exp_avg``, ``exp_avg_sq``, ``step``), so a run saved here resumes on the CPU path and back.
+Checkpoints are written in the reference optimizer's layout
+(:mod:`biomoe.checkpoint.optimizer_state`), so a run saved here resumes on the CPU path and back.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import torch
 
 from transformer_engine.pytorch.optimizers import FusedAdam
 
-_TE_MASTER = "master_param"
-_MASTER = "master"
+from biomoe.checkpoint.optimizer_state import portable_to_te, te_to_portable
+
 MOMENT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -35,32 +35,8 @@ class TEAdamWWithMasterWeights(FusedAdam):
                          exp_avg_dtype=dtype, exp_avg_sq_dtype=dtype)
 
     def state_dict(self) -> dict[str, Any]:
-        state_dict = super().state_dict()
-        steps = {index: group.get("step", 0) for group in state_dict["param_groups"] for index in group["params"]}
-        for group in state_dict["param_groups"]:
-            group.pop("step", None)
-        for index, entry in state_dict["state"].items():
-            if _TE_MASTER in entry:
-                entry[_MASTER] = entry.pop(_TE_MASTER)
-            step = steps.get(index, 0)
-            entry["step"] = torch.tensor(float(step))
-        return state_dict
+        return te_to_portable(super().state_dict())
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Accepts the portable layout (and TE's own); TE counts steps per group, not per parameter."""
-        # torch's loader replaces each group with the saved one: keep TE's own group settings
-        # (bias_correction, ...) that a checkpoint of the reference optimizer does not hold.
-        converted = {"param_groups": [{**{k: v for k, v in own.items() if k != "params"}, **saved}
-                                      for own, saved in zip(self.param_groups, state_dict["param_groups"])],
-                     "state": {}}
-        group_of = {index: group for group in converted["param_groups"] for index in group["params"]}
-        for index, entry in state_dict["state"].items():
-            entry = dict(entry)
-            if _MASTER in entry:
-                entry[_TE_MASTER] = entry.pop(_MASTER)
-            step = entry.pop("step", None)
-            converted["state"][index] = entry
-            if step is not None and index in group_of:
-                group = group_of[index]
-                group["step"] = max(int(step), int(group.get("step", 0)))
-        super().load_state_dict(converted)
+        """Accepts the portable layout (and TE's own)."""
+        super().load_state_dict(portable_to_te(state_dict, self.param_groups))

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from biomoe.checkpoint.read import read_checkpoint_or_none
 from biomoe.errors import GenomeInputError
 
 __all__ = ["best_recorded", "is_distributed_checkpoint", "resolve_checkpoint"]
@@ -50,16 +51,8 @@ def best_recorded(ckpt: Path) -> tuple[str, float | None] | None:
     stored in ``ckpt`` (None for weights-only or distributed checkpoints, which carry no callback state)."""
     if ckpt.is_dir():
         return None
-    import torch
-
-    try:
-        state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
-    except Exception:  # legacy format (no mmap) or unreadable: read it fully, or give up on it
-        try:
-            state = torch.load(ckpt, map_location="cpu", weights_only=False)
-        except Exception:
-            return None
-    callbacks: dict[str, Any] = (state.get("callbacks") or {}) if isinstance(state, dict) else {}
+    state = read_checkpoint_or_none(ckpt)
+    callbacks: dict[str, Any] = (state.get("callbacks") or {}) if state is not None else {}
     for key, value in callbacks.items():
         if not (str(key).startswith("ModelCheckpoint") and isinstance(value, dict)):
             continue

@@ -10,12 +10,10 @@ read (batch size, workers, cache folder). When the checkpoint changes anything, 
 
 from __future__ import annotations
 
-import os
-import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["READ_ONLY_KEYS", "checkpoint_data_settings", "data_keys_on_command_line", "settings_to_apply"]
+__all__ = ["READ_ONLY_KEYS", "data_keys_on_command_line", "describe", "settings_to_apply"]
 
 READ_ONLY_KEYS = frozenset({"batch_size", "num_workers", "cache_dir"})
 """Data settings that say how to read, not what: the config's (or command line's) are kept."""
@@ -25,20 +23,6 @@ FILE_KEYS = frozenset({"val_files", "test_files", "file_weights", "val_contigs",
 command line that gives other FASTA files does not inherit them."""
 
 EVALUATING = ("validate", "test", "predict")
-
-
-def checkpoint_data_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The datamodule hyper-parameters saved in a checkpoint file ({} when it has none).
-
-    The file is memory-mapped, so the weights are not read."""
-    import torch
-
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        return {}
-    ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=zipfile.is_zipfile(path))
-    data = ckpt.get("datamodule_hyper_parameters") if isinstance(ckpt, dict) else None
-    return {k: v for k, v in dict(data).items() if not str(k).startswith("_")} if isinstance(data, Mapping) else {}
 
 
 def data_keys_on_command_line(argv: Sequence[str]) -> set[str] | None:

@@ -2,7 +2,7 @@
 
 argparse answers a bad option with its usage block and exits; biomoe answers every bad input
 with one line. :class:`CommandParser` turns argument errors into ``ArgumentError``, which
-``biomoe.training.cli.main`` prints as ``biomoe: error: <command>: <problem> (see --help)`` with
+``biomoe.cli.main.main`` prints as ``biomoe: error: <command>: <problem> (see --help)`` with
 exit code 2, the same report a wrong ``fit`` option gets. ``--help`` is unchanged.
 """
 

@@ -1,4 +1,4 @@
-"""Distributed-checkpoint helpers: atomic directory swap and a consolidated single-file export.
+"""Distributed checkpoints: their full weights in one process, and a consolidated single-file export.
 
 Lightning writes a distributed checkpoint as a directory (torch.distributed.checkpoint shards
 for ``state_dict`` and ``optimizer_*`` plus ``meta.pt`` with the rest). Expert weights are stored
@@ -9,28 +9,11 @@ size loads at any other, and consolidation needs no knowledge of the layout that
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import torch
 
 META_FILENAME = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME
-
-
-def swap_in(tmp: Path, final: Path) -> None:
-    """Replace ``final`` (file or directory) by the finished ``tmp`` directory.
-
-    Two renames rather than one because a non-empty directory cannot be renamed over; in the
-    short window between them a reader finds either the old or the new copy under ``.old``.
-    """
-    old = final.with_name(f".{final.name}.old")
-    if old.exists():
-        shutil.rmtree(old) if old.is_dir() else old.unlink()
-    if final.exists() or final.is_symlink():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old.exists():
-        shutil.rmtree(old) if old.is_dir() else old.unlink()
 
 
 def load_model_state(dcp_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -49,7 +32,7 @@ def consolidate(dcp_dir: str | os.PathLike, out_file: str | os.PathLike) -> Path
     single-device run). Load it with ``BioMoEModule.load_from_checkpoint`` or ``ckpt_path`` for
     validate/test/predict.
     """
-    from biomoe.training.checkpoint_io import atomic_torch_save
+    from biomoe.checkpoint.save import atomic_torch_save
 
     dcp_dir = Path(dcp_dir)
     checkpoint = torch.load(dcp_dir / META_FILENAME, map_location="cpu", weights_only=False)
@@ -61,7 +44,7 @@ def consolidate(dcp_dir: str | os.PathLike, out_file: str | os.PathLike) -> Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m biomoe.parallel.checkpoint DCP_DIR OUT.ckpt``."""
+    """``python -m biomoe.checkpoint.distributed DCP_DIR OUT.ckpt``."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)

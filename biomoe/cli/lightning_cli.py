@@ -1,67 +1,36 @@
-"""Command line: a LightningCLI (fit / validate / test / predict) plus biomoe's own tools.
+"""biomoe's LightningCLI: ``fit``, ``validate``, ``test`` and ``predict``.
 
-Bad input never ends in a traceback: :class:`~biomoe.errors.GenomeInputError` and
-:class:`~biomoe.model.config.ConfigError`, and what Lightning, torch or jsonargparse say about a
-user's values (:mod:`biomoe.training.user_errors`), are printed as one line with exit status 2;
-Ctrl-C is one line and exit status 130. Every value is range-checked before anything is built
-(:mod:`biomoe.training.validation`), every checkpoint is verified before it is loaded
-(:mod:`biomoe.training.checkpoint_check`), and no output may replace an input (:mod:`biomoe.files`).
-Pass ``--debug`` (or set ``BIOMOE_DEBUG=1``) to see the traceback.
+Every value is range-checked before anything is built (:mod:`biomoe.training.validation`), every
+checkpoint is verified before it is loaded (:mod:`biomoe.checkpoint.verify`), a run folder given
+as ``--ckpt_path`` resolves to its best checkpoint, and the commands that score a checkpoint read
+the data settings it records (:mod:`biomoe.cli.checkpoint_data`).
 """
 
 from __future__ import annotations
 
-import functools
-import logging
 import os
 import pickle
 import re
 import sys
-import warnings
-from argparse import ArgumentError
 from pathlib import Path
 
 from lightning.pytorch.cli import LightningCLI
 
-from biomoe.training.checkpoint_io import AtomicCheckpointIO
-from biomoe.model.config import ConfigError, check_expert_parallel
+from biomoe.checkpoint.save import AtomicCheckpointIO
+from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS
+from biomoe.cli.saved_config import AtomicSaveConfigCallback
+from biomoe.compat.lightning import add_subcommand, set_negative_number_matcher, subcommand_choices
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
+from biomoe.model.config import ConfigError, check_expert_parallel
 from biomoe.training.module import BioMoEModule
-from biomoe.training.saved_config import AtomicSaveConfigCallback
 
-# Extra subcommands handled outside LightningCLI: name -> "module:function(argv)".
-EXTRA_COMMANDS: dict[str, str] = {
-    "markov": "biomoe.genomics.markov_report:main",
-    "repeat-mix": "biomoe.genomics.repeat_mix:main",
-    "score-fasta": "biomoe.genomics.score_fasta:main",
-    "score-variants": "biomoe.genomics.score_variants:main",
-    "export-hf": "biomoe.interop.hf:export_main",
-    "import-hf": "biomoe.interop.hf:import_main",
-    "generate": "biomoe.inference.generate:main",
-    "embed": "biomoe.inference.embed:main",
-    "routing": "biomoe.genomics.routing:main",
-}
-# One line per subcommand for ``cli.py --help`` (short enough for one terminal line; Lightning's
-# own docstrings are cut mid-sentence there, and the extra commands have none it could read).
-COMMAND_SUMMARIES: dict[str, str] = {
-    "fit": "train a model on FASTA genomes",
-    "validate": "held-out bits/base on the validation split",
-    "test": "held-out bits/base on the test split",
-    "predict": "per-window held-out scores, written to predictions/",
-    "markov": "bits/base of order-k Markov baselines on a genome",
-    "repeat-mix": "bits/base of a model mixed with the repeat expert",
-    "score-fasta": "log-likelihood of each sequence (and base) in FASTA",
-    "score-variants": "variant effects (log-likelihood ratio), TSV or VCF",
-    "export-hf": "export a checkpoint as a transformers model folder",
-    "import-hf": "import a transformers Mixtral folder as a checkpoint",
-    "generate": "sample DNA from a checkpoint (prompt, top-k, top-p)",
-    "embed": "hidden states per base, window or contig, as .npz",
-    "routing": "which experts each genome routes to (JSON, heatmap)",
-}
+__all__ = ["BioMoECLI", "install_atomic_checkpoint_io", "install_markov_baseline", "run_lightning_cli"]
+
 # BioMoEModule arguments that choose how to run, not what the model is: a --ckpt_path's
 # hyperparameters do not override them.
 RUNTIME_SWITCHES: tuple[str, ...] = ("runtime",)
+
 
 
 # A negative number, also in scientific notation, is a value and never an option name.
@@ -75,20 +44,18 @@ class BioMoECLI(LightningCLI):
         """Lightning's subcommands, then the ones :func:`main` runs itself (their stub parsers are
         never parsed): ``--help`` and an unknown subcommand's error then list every command."""
         super()._add_subcommands(parser, **kwargs)
-        from biomoe.compat.lightning import add_subcommand, subcommand_choices
-
         for choice in subcommand_choices(parser):
-            choice.help = COMMAND_SUMMARIES.get(choice.dest, choice.help)
+            choice.help = COMMANDS[choice.dest].summary if choice.dest in COMMANDS else choice.help
         for name in EXTRA_COMMANDS:
-            stub = type(parser)(description=COMMAND_SUMMARIES[name], add_help=False)
-            add_subcommand(parser, name, stub, COMMAND_SUMMARIES[name])
+            summary = COMMANDS[name].summary
+            add_subcommand(parser, name, type(parser)(description=summary, add_help=False), summary)
 
     def init_parser(self, **kwargs):
         """Lightning's parser, reading ``-1e-3`` as a number (Python 3.11's argparse takes a negative
         number in scientific notation for an option: ``--model.optim.lr -1e-3`` failed with
         "argument --model.optim: expected one argument")."""
         parser = super().init_parser(**kwargs)
-        parser._negative_number_matcher = NEGATIVE_NUMBER
+        set_negative_number_matcher(parser, NEGATIVE_NUMBER)
         return parser
 
     def before_instantiate_classes(self) -> None:
@@ -139,9 +106,9 @@ class BioMoECLI(LightningCLI):
 
     def _resolve_run_folder(self) -> None:
         """validate/test/predict ``--ckpt_path runs/x``: the run folder's best checkpoint
-        (:func:`~biomoe.inference.run_folder.resolve_checkpoint`; distributed checkpoints are folders
+        (:func:`~biomoe.checkpoint.run_folder.resolve_checkpoint`; distributed checkpoints are folders
         too and stay as given)."""
-        from biomoe.inference.run_folder import resolve_checkpoint
+        from biomoe.checkpoint.run_folder import resolve_checkpoint
 
         subcommand = self.config.get("subcommand")
         ckpt = self.config[subcommand].get("ckpt_path") if subcommand in ("validate", "test", "predict") else None
@@ -151,7 +118,7 @@ class BioMoECLI(LightningCLI):
     def _apply_checkpoint_data(self) -> None:
         """validate/test/predict score the data the checkpoint records (its FASTA files and held-out
         splits) unless the command line sets them; one line says what the checkpoint changed."""
-        from biomoe.training.checkpoint_data import (EVALUATING, checkpoint_data_settings, data_keys_on_command_line,
+        from biomoe.cli.checkpoint_data import (EVALUATING, data_keys_on_command_line,
                                                      describe, settings_to_apply)
 
         subcommand = self.config.get("subcommand")
@@ -162,7 +129,9 @@ class BioMoECLI(LightningCLI):
         if not isinstance(ckpt, (str, os.PathLike)):
             return
         current = section.get("data")
-        saved = checkpoint_data_settings(ckpt)
+        from biomoe.checkpoint.records import training_data_settings
+
+        saved = training_data_settings(ckpt)
         if not saved or current is None:
             return
         changes = settings_to_apply(saved, current.as_dict(), data_keys_on_command_line(getattr(self, "_argv", [])))
@@ -235,7 +204,7 @@ class BioMoECLI(LightningCLI):
         if isinstance(ckpt, (str, os.PathLike)) and os.path.isdir(ckpt) and loads_a_file:
             raise GenomeInputError(ckpt, "is a distributed checkpoint (a folder), which only the expert-parallel "
                                          "strategy reads; for one device convert it to a file first: "
-                                         f"python -m biomoe.parallel.checkpoint {ckpt} model.ckpt")
+                                         f"python -m biomoe.checkpoint.distributed {ckpt} model.ckpt")
 
     def _parse_ckpt_path(self) -> None:
         """Lightning reads ``--ckpt_path``'s hyperparameters right after parsing and lets them override
@@ -267,7 +236,7 @@ class BioMoECLI(LightningCLI):
             self.config[subcommand]["ckpt_path"] = text
         if text in ("best", "last", "hpc") or text.startswith("registry") or "://" in text:
             return super()._parse_ckpt_path()  # Lightning's special values and remote URLs
-        from biomoe.training.checkpoint_check import check_checkpoint_file, verify_checkpoint
+        from biomoe.checkpoint.verify import check_checkpoint_file, verify_checkpoint
 
         check_checkpoint_file(text)
         if os.path.isfile(text):  # integrity, structure, finite weights before Lightning reads it
@@ -282,8 +251,8 @@ class BioMoECLI(LightningCLI):
 
     def _resolve_ckpt_alias(self, alias: str) -> str:
         """``best``/``last`` for validate/test/predict: the run folders' checkpoints (see
-        :func:`~biomoe.training.checkpoint_check.resolve_checkpoint_alias`)."""
-        from biomoe.training.checkpoint_check import resolve_checkpoint_alias
+        :func:`~biomoe.checkpoint.verify.resolve_checkpoint_alias`)."""
+        from biomoe.checkpoint.verify import resolve_checkpoint_alias
 
         section = self.config[self.config["subcommand"]].as_dict()
         trainer = section.get("trainer") or {}
@@ -296,16 +265,13 @@ class BioMoECLI(LightningCLI):
     def _verify_ckpt(self, path: str) -> None:
         """The checkpoint's tensors against the model about to be built (its config, now merged
         with the checkpoint's hyper-parameters): one line naming the first tensor that differs."""
-        import dataclasses
-
-        from biomoe.model.config import ModelConfig
-        from biomoe.training.checkpoint_check import check_shapes, check_structure, load_checkpoint_dict
+        from biomoe.checkpoint.hparams import model_config_from
+        from biomoe.checkpoint.read import read_checkpoint
+        from biomoe.checkpoint.verify import check_shapes, check_structure
 
         section = self.config[self.config["subcommand"]].as_dict()
-        given = (section.get("model") or {}).get("config") or {}
-        known = {f.name for f in dataclasses.fields(ModelConfig)}
-        config = ModelConfig(**{k: v for k, v in given.items() if k in known})
-        check_shapes(path, check_structure(path, load_checkpoint_dict(path)), config, "the model config")
+        config = model_config_from((section.get("model") or {}).get("config") or {})
+        check_shapes(path, check_structure(path, read_checkpoint(path)), config, "the model config")
 
     def _check_parallel(self) -> None:
         """EP layout errors as one line before any process is launched."""
@@ -380,114 +346,3 @@ def run_lightning_cli(args: list[str] | None = None, cli_class: type[BioMoECLI] 
                                       "Each subcommand has its own --help."},
         args=args,
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    from biomoe import files
-    from biomoe.training.user_errors import classify
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # Lightning announces its own Ctrl-C handling; main() says it in one line instead.
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_quiet_interrupt_notice)
-    # We pass argv explicitly (``--debug`` removed); Lightning warns about that on every run.
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
-    # Lightning's own use of a torch API deprecated in torch 2.13, once per fit: nothing a user can change.
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-    debug = os.environ.get("BIOMOE_DEBUG") == "1"
-    if "--debug" in argv:
-        argv.remove("--debug")
-        debug = True
-    shown = warnings.showwarning
-    warnings.showwarning = functools.partial(_show_warning, fallback=shown)  # biomoe's own: one line each
-    try:
-        with files.input_scope():  # inputs registered by this command only
-            if argv and argv[0] in EXTRA_COMMANDS:
-                module_name, func_name = EXTRA_COMMANDS[argv[0]].split(":")
-                module = __import__(module_name, fromlist=[func_name])
-                return int(getattr(module, func_name)(argv[1:]) or 0)
-            from biomoe.training.validation import check_config_files
-
-            check_config_files(argv)
-            run_lightning_cli(argv)
-        return 0
-    except ArgumentError as err:  # jsonargparse: wrong key or type (exit_on_error=False)
-        if debug:
-            raise
-        print(f"biomoe: error: {summarize_argument_error(str(err))} (see --help)", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        return _interrupted()
-    except SystemExit as exc:  # Lightning ends fit with sys.exit(1) after handling Ctrl-C itself
-        if isinstance(exc.__context__, KeyboardInterrupt) and not debug:
-            return _interrupted()
-        raise
-    except Exception as err:
-        found = None if debug else classify(err)
-        if found is None:
-            raise  # a bug, not the user's input: keep the traceback
-        print(f"biomoe: error: {found.message}", file=sys.stderr)
-        return found.exit_code
-    finally:
-        warnings.showwarning = shown
-
-
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _show_warning(message, category, filename, lineno, file=None, line=None, *, fallback) -> None:
-    """``biomoe: warning: <message>`` for warnings raised in biomoe (they name the file or key
-    themselves); the usual file:line format for everyone else's."""
-    if issubclass(category, UserWarning) and os.path.abspath(filename).startswith(_PACKAGE + os.sep):
-        print(f"biomoe: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
-    else:
-        fallback(message, category, filename, lineno, file, line)
-
-
-def _quiet_interrupt_notice(record: logging.LogRecord) -> bool:
-    return "Detected KeyboardInterrupt" not in record.getMessage()
-
-
-def _interrupted() -> int:
-    """Ctrl-C: one line and the shell's status for SIGINT. Checkpoints are written atomically, so
-    the last one that completed is intact; a write that was cut off left no file behind."""
-    from biomoe.training.user_errors import INTERRUPTED
-
-    print(f"biomoe: error: {INTERRUPTED}", file=sys.stderr)
-    return 130
-
-
-_ARG_NOISE = ("Does not validate against", "Subtypes:", "Errors:", "Given value", "tip:",
-              "Expected a <class 'NoneType'>", "Problem with given class_path")
-
-
-def summarize_argument_error(message: str) -> str:
-    """One line from jsonargparse's nested report: the full key and the innermost complaints.
-
-    ``Parser key "model.config": ... Parser key "top_k": Expected a <class 'int'>. Got value: abc``
-    becomes ``model.config.top_k: Expected a <class 'int'>. Got value: abc``; union/subtype
-    bookkeeping lines are dropped. Unknown shapes fall back to the whole message on one line.
-    """
-    keys: list[str] = []
-    problems: list[str] = []
-    for raw in message.splitlines():
-        line = raw.strip().lstrip("- ").strip()
-        if not line or line.startswith(_ARG_NOISE):
-            continue
-        if line.startswith('Parser key "') and line.endswith('":'):
-            keys.append(line[len('Parser key "'):-2])
-        else:
-            problems.append(line)
-    if not problems:
-        return " ".join(message.split())
-    choices = [re.fullmatch(r"Expected a typing\.Literal\[(.*)\]\.?", p) for p in problems]
-    if all(choices):  # a Literal union (e.g. trainer.precision): list the accepted values once
-        values = [v.strip().strip("'") for m in choices for v in m.group(1).split(",")]
-        problems = [f"must be one of {', '.join(dict.fromkeys(values))}"]
-    text = "; ".join(dict.fromkeys(problems))
-    return f"{'.'.join(keys)}: {text}" if keys else text
-
-
-if __name__ == "__main__":
-    sys.exit(main())

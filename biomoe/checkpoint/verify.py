@@ -19,7 +19,6 @@ Folders (distributed checkpoints) are left to their own loader.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import zipfile
 from collections.abc import Mapping
@@ -28,7 +27,10 @@ from typing import Any
 import torch
 
 from biomoe.errors import GenomeInputError
-from biomoe.model.config import ConfigError
+from biomoe.model.config import ModelConfig
+from biomoe.model.transformer import MoETransformer
+from biomoe.checkpoint.hparams import recorded_model_config
+from biomoe.checkpoint.read import read_checkpoint
 
 __all__ = ["check_checkpoint_file", "verify_checkpoint", "resolve_checkpoint_alias", "check_integrity", "check_structure", "check_shapes", "check_finite",
            "expected_shapes"]
@@ -74,16 +76,6 @@ def check_integrity(path: str) -> None:
                                      "damaged on disk or in a copy); refusing to load it")
 
 
-def load_checkpoint_dict(path: str) -> dict[str, Any]:
-    """``torch.load`` on the CPU (memory-mapped when the format allows), errors as one line."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False, mmap=zipfile.is_zipfile(path))
-    except Exception as exc:
-        detail = " ".join(str(exc).split())
-        detail = detail if len(detail) <= 200 else detail[:200] + "..."
-        raise GenomeInputError(path, f"cannot load checkpoint ({type(exc).__name__}: {detail})") from None
-
-
 def check_structure(path: str, ckpt: Any) -> dict[str, torch.Tensor]:
     """The model's tensors (``model.``-prefixed keys of ``state_dict``), or one line saying why not."""
     if not isinstance(ckpt, Mapping):
@@ -110,8 +102,6 @@ def check_structure(path: str, ckpt: Any) -> dict[str, torch.Tensor]:
 def expected_shapes(config: Any) -> dict[str, tuple[int, ...]]:
     """``model.``-prefixed tensor name -> shape for a model of this ModelConfig (built on the meta
     device: no memory, no initialisation)."""
-    from biomoe.model.transformer import MoETransformer
-
     with torch.device("meta"):
         model = MoETransformer(config)
     return {_MODEL_PREFIX + k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -177,25 +167,6 @@ def check_finite(path: str, ckpt: Mapping[str, Any], weights: Mapping[str, torch
                                          "(NaN or inf); refusing to resume from it")
 
 
-def config_from_checkpoint(path: str, ckpt: Mapping[str, Any]):
-    """The ModelConfig the checkpoint records (a dataclass or a dict), checked like a user's."""
-    from biomoe.model.config import ModelConfig
-
-    hparams = ckpt.get("hyper_parameters") or {}
-    cfg = hparams.get("config") if isinstance(hparams, Mapping) else None
-    if isinstance(cfg, ModelConfig):
-        cfg = dataclasses.asdict(cfg)
-    if cfg is None:
-        return None
-    if not isinstance(cfg, Mapping):
-        raise GenomeInputError(path, f"hyper_parameters.config is a {type(cfg).__name__}, not a model config")
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
-    try:
-        return ModelConfig(**{k: v for k, v in cfg.items() if k in known})
-    except (ConfigError, TypeError, ValueError) as exc:
-        raise GenomeInputError(path, f"recorded model config is invalid ({exc})") from None
-
-
 def verify_checkpoint(path: str | os.PathLike[str], config: Any = None, shapes: bool = True) -> dict[str, Any]:
     """Check one checkpoint file and return its contents (loaded on the CPU).
 
@@ -204,14 +175,12 @@ def verify_checkpoint(path: str | os.PathLike[str], config: Any = None, shapes: 
     checkpoint that records none is compared with the default ModelConfig. ``shapes=False`` skips
     that comparison (for a caller that knows the model config only later).
     """
-    from biomoe.model.config import ModelConfig
-
     path = os.fspath(path)
     check_checkpoint_file(path)
     if os.path.isdir(path):
         return {}
     check_integrity(path)
-    ckpt = load_checkpoint_dict(path)
+    ckpt = read_checkpoint(path)
     weights = check_structure(path, ckpt)
     check_finite(path, ckpt, weights)
     if not shapes:
@@ -219,7 +188,7 @@ def verify_checkpoint(path: str | os.PathLike[str], config: Any = None, shapes: 
     if config is not None:
         source = "the model config"
     else:
-        config = config_from_checkpoint(path, ckpt)
+        config = recorded_model_config(path, ckpt)
         source = "its recorded model config"
         if config is None:
             config, source = ModelConfig(), "the default model config (the checkpoint records none)"
@@ -249,7 +218,7 @@ def resolve_checkpoint_alias(alias: str, folders: list[str | os.PathLike[str]]) 
                                          "a checkpoint file")
         return str(lasts[-1])
     for candidate in reversed(lasts or found):
-        ckpt = load_checkpoint_dict(str(candidate))
+        ckpt = read_checkpoint(str(candidate))
         callbacks = ckpt.get("callbacks") if isinstance(ckpt, Mapping) else None
         for key, state in (callbacks or {}).items():
             best = state.get("best_model_path") if isinstance(state, Mapping) else None

@@ -1,0 +1,17 @@
+"""The top floor: every subcommand users type, and the one table that lists them.
+
+* :mod:`~biomoe.cli.main` — dispatch and one-line error reports (``biomoe`` / ``cli.py``);
+* :mod:`~biomoe.cli.commands` — the command table;
+* :mod:`~biomoe.cli.lightning_cli` — ``fit``/``validate``/``test``/``predict`` (LightningCLI);
+* one module per other subcommand (``score_fasta``, ``generate``, ...): its options and ``main(argv)``;
+* :mod:`~biomoe.cli.arguments` — the argument parser and argument types those modules share.
+
+Nothing below this package imports it.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``biomoe`` (see :func:`biomoe.cli.main.main`)."""
+    from biomoe.cli.main import main as run
+
+    return run(argv)

@@ -1,0 +1,136 @@
+"""``biomoe`` / ``cli.py``: dispatch a subcommand and report what goes wrong as one line.
+
+Bad input never ends in a traceback: :class:`~biomoe.errors.GenomeInputError` and
+:class:`~biomoe.model.config.ConfigError`, and what Lightning, torch or jsonargparse say about a
+user's values (:mod:`biomoe.cli.user_errors`), are printed as one line with exit status 2;
+Ctrl-C is one line and exit status 130. Every value is range-checked before anything is built
+(:mod:`biomoe.training.validation`), every checkpoint is verified before it is loaded
+(:mod:`biomoe.checkpoint.verify`), and no output may replace an input (:mod:`biomoe.files`).
+Pass ``--debug`` (or set ``BIOMOE_DEBUG=1``) to see the traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import re
+import sys
+import warnings
+from argparse import ArgumentError
+
+from biomoe import files
+from biomoe.cli.commands import EXTRA_COMMANDS
+from biomoe.cli.user_errors import INTERRUPTED, classify
+
+__all__ = ["main", "summarize_argument_error"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Lightning announces its own Ctrl-C handling; main() says it in one line instead.
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_quiet_interrupt_notice)
+    # We pass argv explicitly (``--debug`` removed); Lightning warns about that on every run.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+    # Lightning's own use of a torch API deprecated in torch 2.13, once per fit: nothing a user can change.
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    debug = os.environ.get("BIOMOE_DEBUG") == "1"
+    if "--debug" in argv:
+        argv.remove("--debug")
+        debug = True
+    shown = warnings.showwarning
+    warnings.showwarning = functools.partial(_show_warning, fallback=shown)  # biomoe's own: one line each
+    try:
+        with files.input_scope():  # inputs registered by this command only
+            if argv and argv[0] in EXTRA_COMMANDS:
+                module_name, func_name = EXTRA_COMMANDS[argv[0]].split(":")
+                # Each command's module is imported only when it runs: ``--help`` stays quick.
+                module = importlib.import_module(module_name)
+                return int(getattr(module, func_name)(argv[1:]) or 0)
+            # Lightning and torch are imported only for the commands that need them (start-up time).
+            from biomoe.cli.lightning_cli import run_lightning_cli
+            from biomoe.training.validation import check_config_files
+
+            check_config_files(argv)
+            run_lightning_cli(argv)
+        return 0
+    except ArgumentError as err:  # jsonargparse: wrong key or type (exit_on_error=False)
+        if debug:
+            raise
+        print(f"biomoe: error: {summarize_argument_error(str(err))} (see --help)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        return _interrupted()
+    except SystemExit as exc:  # Lightning ends fit with sys.exit(1) after handling Ctrl-C itself
+        if isinstance(exc.__context__, KeyboardInterrupt) and not debug:
+            return _interrupted()
+        raise
+    except Exception as err:
+        found = None if debug else classify(err)
+        if found is None:
+            raise  # a bug, not the user's input: keep the traceback
+        print(f"biomoe: error: {found.message}", file=sys.stderr)
+        return found.exit_code
+    finally:
+        warnings.showwarning = shown
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None, *, fallback) -> None:
+    """``biomoe: warning: <message>`` for warnings raised in biomoe (they name the file or key
+    themselves); the usual file:line format for everyone else's."""
+    if issubclass(category, UserWarning) and os.path.abspath(filename).startswith(_PACKAGE + os.sep):
+        print(f"biomoe: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+    else:
+        fallback(message, category, filename, lineno, file, line)
+
+
+def _quiet_interrupt_notice(record: logging.LogRecord) -> bool:
+    return "Detected KeyboardInterrupt" not in record.getMessage()
+
+
+def _interrupted() -> int:
+    """Ctrl-C: one line and the shell's status for SIGINT. Checkpoints are written atomically, so
+    the last one that completed is intact; a write that was cut off left no file behind."""
+    print(f"biomoe: error: {INTERRUPTED}", file=sys.stderr)
+    return 130
+
+
+_ARG_NOISE = ("Does not validate against", "Subtypes:", "Errors:", "Given value", "tip:",
+              "Expected a <class 'NoneType'>", "Problem with given class_path")
+
+
+def summarize_argument_error(message: str) -> str:
+    """One line from jsonargparse's nested report: the full key and the innermost complaints.
+
+    ``Parser key "model.config": ... Parser key "top_k": Expected a <class 'int'>. Got value: abc``
+    becomes ``model.config.top_k: Expected a <class 'int'>. Got value: abc``; union/subtype
+    bookkeeping lines are dropped. Unknown shapes fall back to the whole message on one line.
+    """
+    keys: list[str] = []
+    problems: list[str] = []
+    for raw in message.splitlines():
+        line = raw.strip().lstrip("- ").strip()
+        if not line or line.startswith(_ARG_NOISE):
+            continue
+        if line.startswith('Parser key "') and line.endswith('":'):
+            keys.append(line[len('Parser key "'):-2])
+        else:
+            problems.append(line)
+    if not problems:
+        return " ".join(message.split())
+    choices = [re.fullmatch(r"Expected a typing\.Literal\[(.*)\]\.?", p) for p in problems]
+    if all(choices):  # a Literal union (e.g. trainer.precision): list the accepted values once
+        values = [v.strip().strip("'") for m in choices for v in m.group(1).split(",")]
+        problems = [f"must be one of {', '.join(dict.fromkeys(values))}"]
+    text = "; ".join(dict.fromkeys(problems))
+    return f"{'.'.join(keys)}: {text}" if keys else text
+
+
+if __name__ == "__main__":
+    sys.exit(main())
