@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.biomoe-installed
 
-.PHONY: install fit test data data-multi smoke-2gpu bench notebook clean
+.PHONY: install fit test test-slow data data-multi smoke-2gpu bench notebook clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,13 @@ fit: install
 smoke-2gpu:
 	$(PY) scripts/smoke_2gpu.py
 
+# `make test` leaves out the tests marked slow (hypothesis property runs, end-to-end fits and CLI
+# runs); `make test-slow` runs exactly those. CI (.ci/run) runs both. A plain `pytest` runs all.
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install
+	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
 data:
 	bash scripts/fetch_data.sh

@@ -9,6 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Lightning attaches a stderr handler to its loggers when it is first imported. The CLI imports it
+# only when a command needs it, so without this the first in-process command of a test would bind
+# that handler to the test's captured stream, which pytest closes afterwards: every later test's
+# Lightning log line would then fail with "Logging error". Importing it here binds the session's.
+import lightning.pytorch  # noqa: E402,F401
+
 
 def fasta_text(records: dict[str, str], width: int = 60, newline: str = "\n") -> str:
     """Render records as FASTA text with fixed line width."""

@@ -126,6 +126,7 @@ def test_a_failing_row_becomes_a_record_with_its_message(tmp_path):
     assert record.status == "error" and "te" in record.error and record.tokens_per_s is None
 
 
+@pytest.mark.slow
 def test_bench_runs_hf_the_bare_loop_and_the_product_path_and_writes_the_report(tmp_path):
     """The whole `make bench` flow on a CPU at the tiny shape (numbers meaningless, layout real)."""
     out = tmp_path / "bench"
@@ -158,6 +159,7 @@ def test_bench_runs_hf_the_bare_loop_and_the_product_path_and_writes_the_report(
     assert (out / "bench.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_a_product_row_ends_after_its_timed_steps_and_keeps_nothing_of_its_model_alive():
     """The next row's peak memory must not hold this row's model, fp32 masters or optimizer state
     (tens of GB at the Mixtral shape), and the fit ends at the last timed step."""

@@ -31,6 +31,7 @@ def fitted(tmp_path_factory):
     return out, result
 
 
+@pytest.mark.slow
 def test_fit_lowers_loss_and_writes_checkpoint(fitted):
     out, result = fitted
     metrics = next(out.rglob("metrics.csv"))
@@ -43,6 +44,7 @@ def test_fit_lowers_loss_and_writes_checkpoint(fitted):
     assert read_series(metrics, "val/bits_per_base")
 
 
+@pytest.mark.slow
 def test_validate_reproduces_validation_loss(fitted):
     out, _ = fitted
     metrics = next(out.rglob("metrics.csv"))
@@ -57,12 +59,14 @@ def test_validate_reproduces_validation_loss(fitted):
     assert read_series(val_metrics, "val/ce")[-1] == pytest.approx(fit_val, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_print_config_works():
     result = run_cli("fit", "--config", str(ROOT / "configs/tiny.yaml"), "--print_config")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "expert_backend" in result.stdout and "seq_length" in result.stdout
 
 
+@pytest.mark.slow
 def test_every_shipped_config_parses():
     """Each configs/*.yaml still matches the CLI's signatures (a renamed argument breaks a config
     nobody runs on CPU). One process checks them all; --print_config validates without building."""
@@ -85,6 +89,7 @@ def test_every_shipped_config_parses():
     assert result.returncode == 0 and "BAD []" in result.stdout, (result.stdout[-2000:], result.stderr[-3000:])
 
 
+@pytest.mark.slow
 def test_fused_adamw_with_bf16_and_gradient_clipping(tmp_path):
     """Lightning's AMP plugin refuses to clip for fused optimizers; our module clips itself (GPU default)."""
     from biomoe.cli.main import main
@@ -98,6 +103,7 @@ def test_fused_adamw_with_bf16_and_gradient_clipping(tmp_path):
     assert next(tmp_path.rglob("last.ckpt")).exists()
 
 
+@pytest.mark.slow
 def test_predict_writes_scores_consistent_with_validation(fitted):
     """``predict`` scores the held-out windows; its per-base mean over the batches validation saw
     equals validation's cross-entropy (same model, same positions, independent code path)."""

@@ -43,6 +43,7 @@ def test_overridden_lightning_methods_exist(class_path, methods):
         assert callable(getattr(cls, method, None)), f"{class_path}.{method} is gone"
 
 
+@pytest.mark.slow
 def test_subcommand_parser_and_logger_internals():
     """cli.py --help lists every subcommand through the parser internals, and a Trainer answers
     whether it logs this step."""
@@ -84,3 +85,66 @@ def test_the_trainer_binds_model_logging_onto_callbacks_and_it_can_be_dropped(tm
         assert getattr(callback, attr).__self__ is model
     lightning_compat.detach_model_logging(callback)
     assert not any(attr in vars(callback) for attr in lightning_compat.MODEL_LOGGING_ATTRIBUTES)
+
+
+def test_every_compat_module_says_what_it_was_tested_with():
+    import pkgutil
+
+    import biomoe.compat
+
+    names = [m.name for m in pkgutil.iter_modules(biomoe.compat.__path__)]
+    assert {"torch", "lightning", "transformer_engine"} <= set(names)
+    for name in names:
+        module = importlib.import_module(f"biomoe.compat.{name}")
+        assert module.TESTED_WITH and all(isinstance(v, str) for v in module.TESTED_WITH), name
+
+
+def test_checkpoint_wrapper_unwraps_to_the_block():
+    block = torch.nn.Linear(4, 4)
+    wrapped = torch_compat.checkpoint_wrapper(block)
+    assert torch_compat.checkpoint_wrapped(wrapped) is block
+    assert torch_compat.checkpoint_wrapped(block) is block
+    assert set(wrapped.state_dict()) == set(block.state_dict())  # why biomoe uses this wrapper
+
+
+def test_fused_optimizers_say_they_skip_on_found_inf():
+    params = [torch.nn.Parameter(torch.ones(3))]
+    assert torch_compat.step_supports_amp_scaling(torch.optim.AdamW(params, fused=True))
+    assert not torch_compat.step_supports_amp_scaling(torch.optim.AdamW(params, foreach=False))
+    assert not torch_compat.step_supports_amp_scaling(object())
+
+
+def test_trainer_of_a_module_or_callback_is_none_until_attached():
+    import lightning as L
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    module, bar = L.LightningModule(), RichProgressBar()
+    assert lightning_compat.attached_trainer(module) is None
+    assert lightning_compat.attached_trainer(bar) is None
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    module.trainer = trainer
+    assert lightning_compat.attached_trainer(module) is trainer
+
+
+def test_device_mesh_reaches_the_strategy_and_its_module():
+    """What ExpertParallelStrategy.setup_environment relies on: ModelParallelStrategy's process-group
+    set-up is a method of its own, and its ``device_mesh`` (and the module's) read what we set."""
+    import lightning as L
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    assert callable(getattr(ModelParallelStrategy, "_setup_distributed", None))
+    strategy = ModelParallelStrategy()
+    module = L.LightningModule()
+    strategy._lightning_module = module  # what the Trainer's connect() does
+    mesh = object()
+    lightning_compat.set_device_mesh(strategy, mesh)
+    assert strategy.device_mesh is mesh and module.device_mesh is mesh
+
+
+def test_private_frames_user_errors_looks_for_still_exist():
+    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+
+    owners = (LightningCLI, _CheckpointConnector)
+    for name in lightning_compat.BUILD_PHASE_FRAMES + lightning_compat.CHECKPOINT_SELECTION_FRAMES:
+        assert any(callable(getattr(cls, name, None)) for cls in owners), f"Lightning renamed {name}"

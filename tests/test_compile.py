@@ -27,7 +27,7 @@ def tiny(**overrides) -> ModelConfig:
     return ModelConfig(**base)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=pytest.mark.slow), torch.bfloat16])
 def test_compiled_blocks_match_eager_and_keep_keys(dtype):
     """fp32 on CPU takes the loop fallback under compile; bf16 traces torch._grouped_mm."""
     torch.manual_seed(0)
@@ -58,6 +58,7 @@ def test_module_compile_switch_compiles_every_block():
     assert all(getattr(block, "_compiled_call_impl", None) is None for block in plain.model.blocks)
 
 
+@pytest.mark.slow
 def test_compile_with_activation_checkpointing_compiles_and_replays_dropout():
     """Compiling the checkpoint wrapper graph-broke on the router's statistics updates, so with
     activation_checkpointing nothing was compiled. Compiled inside the wrapper, the blocks are traced

@@ -10,7 +10,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from biomoe.data.datamodule import GenomeDataModule, GenomeWindowDataset, split_regions
+from biomoe.data.datamodule import GenomeDataModule
+from biomoe.data.dataset import GenomeWindowDataset
+from biomoe.data.splits import split_regions
 from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from biomoe.data.datamodule import (EpochSeededRandomSampler, GenomeDataModule, GenomeWeightedSampler,
-                                    file_shares, split_genome)
+from biomoe.data.datamodule import GenomeDataModule
+from biomoe.data.samplers import EpochSeededRandomSampler, GenomeWeightedSampler, file_shares
+from biomoe.data.splits import split_genome
 from biomoe.data.fasta import Genome
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
@@ -108,9 +109,9 @@ def test_bad_held_out_settings_are_one_line_errors(three_genomes, cache_dir, set
 def test_bad_fractions_and_weights_are_config_errors(three_genomes, cache_dir) -> None:
     with pytest.raises(ConfigError, match="data.val_fraction \\+ data.test_fraction must be below 1"):
         datamodule(three_genomes, cache_dir, val_fraction=0.5, test_fraction=0.5)
-    with pytest.raises(ConfigError, match="data.sampling_temperature must be > 0"):
+    with pytest.raises(ConfigError, match="data.sampling_temperature: must be > 0"):
         GenomeDataModule(fasta=str(three_genomes[0]), sampling_temperature=0)
-    with pytest.raises(ConfigError, match="data.file_weights.big must be a finite number >= 0"):
+    with pytest.raises(ConfigError, match=r"data.file_weights\[big\]: must be >= 0, got -1"):
         GenomeDataModule(fasta=str(three_genomes[0]), file_weights={"big": -1})
 
 

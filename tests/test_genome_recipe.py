@@ -50,6 +50,7 @@ def val_series(run: Path) -> list[tuple[int, float]]:
         return [(int(r["step"]), float(r["val/bits_per_base"])) for r in csv.DictReader(handle) if r.get("val/bits_per_base")]
 
 
+@pytest.mark.slow
 def test_recipe_keeps_the_best_ema_checkpoint_and_stops_early(tmp_path, capsys):
     # A/T-rich training, uniform held-out: validation first falls, then rises (see test_training_length).
     train, held_out = tmp_path / "train.fa", tmp_path / "unrelated.fa"

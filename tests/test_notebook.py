@@ -53,6 +53,7 @@ def write_yeast_gff(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("with_gff", [False, True], ids=["no-annotation", "gff"])
+@pytest.mark.slow
 def test_explore_notebook_executes(tiny_run, monkeypatch, tmp_path, with_gff):
     ckpt, metrics = tiny_run
     monkeypatch.setenv("BIOMOE_CKPT", str(ckpt))

@@ -170,6 +170,7 @@ def _parity_two(rank: int, world: int) -> None:
         assert any("experts" in n for n in grads)
 
 
+@pytest.mark.slow
 def test_ep2_matches_single_process():
     run_ranks(2, _parity_two)
 
@@ -180,6 +181,7 @@ def _parity_two_checkpointed(rank: int, world: int) -> None:
     assert any("_checkpoint_wrapped_module" in n for n in grads)
 
 
+@pytest.mark.slow
 def test_ep2_with_activation_checkpointing_matches_single_process():
     """Recomputing blocks in backward re-runs the all-to-all dispatch: same loss and gradients."""
     run_ranks(2, _parity_two_checkpointed)
@@ -192,6 +194,7 @@ def _parity_four(rank: int, world: int) -> None:
     assert_parity(rank, world, cfg, ParallelDims(1, 4, 4))  # one expert per rank
 
 
+@pytest.mark.slow
 def test_dp2_ep2_matches_single_process():
     run_ranks(4, _parity_four)
 
@@ -209,6 +212,7 @@ def _local_load_balancing(rank: int, world: int) -> None:
     torch.testing.assert_close(aux, expected, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_local_load_balancing_uses_micro_batch_statistics():
     run_ranks(2, _local_load_balancing)
 
@@ -228,6 +232,7 @@ def _zero_tokens(rank: int, world: int) -> None:
                 assert grad[:2].abs().max() > 0, f"{name}: used experts got none"
 
 
+@pytest.mark.slow
 def test_zero_token_experts_do_not_hang_or_poison_gradients():
     run_ranks(2, _zero_tokens)
 
@@ -277,6 +282,7 @@ def _reshard(rank: int, world: int, root: str) -> None:
         same(single.state_dict(), written_ep2)
 
 
+@pytest.mark.slow
 def test_checkpoint_reshards_between_ep2_and_ep1(tmp_path):
     run_ranks(2, _reshard, str(tmp_path))
 
@@ -348,6 +354,7 @@ def _resume(rank: int, world: int, root: str) -> None:
             assert torch.equal(exported["state_dict"][key], full(value).cpu()), key
 
 
+@pytest.mark.slow
 def test_stop_and_resume_reproduces_uninterrupted_losses(tmp_path):
     run_ranks(2, _resume, str(tmp_path))
 
@@ -370,6 +377,7 @@ def _one_device(rank: int, world: int) -> None:
     assert not any(isinstance(p, DTensor) for p in module.model.parameters())
 
 
+@pytest.mark.slow
 def test_strategy_on_one_device_trains_unsharded():
     """FSDP2 at world size 1 cost 37 % of the tokens/s on one H200 (it copies and casts every
     parameter each step); with nothing to shard the strategy leaves the model as plain tensors."""
@@ -424,6 +432,7 @@ def _metric_callbacks_under_ep(rank: int, world: int, root: str) -> None:
     assert exact["repeat_fraction"] > 0.05  # the held-out copy of unit is there to be found
 
 
+@pytest.mark.slow
 def test_metric_callbacks_under_expert_parallelism_match_one_process(tmp_path, write_fasta):
     from conftest import random_dna
 

@@ -16,7 +16,7 @@ from biomoe.inference.scoring import load_model, sequence_log_likelihood
 from biomoe.model.losses import masked_cross_entropy_sum
 from biomoe.model.transformer import MoETransformer
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
-from biomoe.genomics.score_variants import Variant, score_variants
+from biomoe.inference.score_variants import Variant, score_variants
 from conftest import random_dna, save_checkpoint
 
 TOK = NucleotideTokenizer()
@@ -133,7 +133,7 @@ def test_bad_variant_tables_are_one_line_errors(ckpt, write_fasta, tmp_path, cap
 def test_variant_table_with_bom_and_crlf_is_read(tmp_path):
     """A spreadsheet's UTF-8 export starts with a byte-order mark: its header line was taken for a
     variant ('position must be a 1-based integer, got 'position'')."""
-    from biomoe.genomics.score_variants import read_variants
+    from biomoe.inference.score_variants import read_variants
 
     table = tmp_path / "v.tsv"
     table.write_bytes(b"\xef\xbb\xbfcontig\tposition\tref\talt\r\nchr\t5\tA\tG\r\n")

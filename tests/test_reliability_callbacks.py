@@ -50,6 +50,7 @@ def test_nan_stop_reports_step_and_parameters_and_keeps_last_checkpoint_clean(tm
     assert last["global_step"] == 3  # the last good step; nothing was saved after the NaN
 
 
+@pytest.mark.slow
 def test_nan_skip_drops_the_update_and_training_continues(tmp_path: Path) -> None:
     guard = NonFiniteGuard("skip")
     snapshot: dict[str, torch.Tensor] = {}
@@ -132,6 +133,7 @@ def test_router_collapse_checks_once_per_optimizer_step_under_gradient_accumulat
     assert not [w for w in caught if "router collapse" in str(w.message)]  # patience 3 not reached
 
 
+@pytest.mark.slow
 def test_router_collapse_hooks_stay_eager_inside_compiled_blocks(caplog: pytest.LogCaptureFixture) -> None:
     """Traced by torch.compile, the monitor's per-layer hooks recompiled every block until torch's
     recompile limit; they must count routed tokens without adding a compilation per layer."""

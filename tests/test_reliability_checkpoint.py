@@ -33,6 +33,7 @@ def _wait_for(marker: Path, proc: subprocess.Popen, timeout: float = 120.0) -> d
 
 
 @pytest.mark.parametrize(("mode", "previous"), [("write", True), ("fsync", False)])
+@pytest.mark.slow
 def test_sigkill_mid_save_keeps_previous_checkpoint(tmp_path: Path, mode: str, previous: bool) -> None:
     target = tmp_path / "last.ckpt"
     io = AtomicCheckpointIO()
@@ -144,7 +145,8 @@ CASES = [("validate", kind) for kind in DAMAGE] + [("predict", "mismatch"), ("pr
                                                    ("fit", "nan_optimizer"), ("fit", "mismatch")]
 
 
-@pytest.mark.parametrize("command, kind", CASES)
+@pytest.mark.parametrize("command, kind", [case if i == 0 else pytest.param(*case, marks=pytest.mark.slow)
+                                           for i, case in enumerate(CASES)])  # first case: make test; rest: test-slow
 def test_damaged_checkpoint_is_refused_by_name(trained: Path, tmp_path: Path, capsys, command: str,
                                                kind: str) -> None:
     ckpt = _damaged(trained, tmp_path, kind)
@@ -165,6 +167,7 @@ def test_scoring_tools_refuse_damaged_checkpoints(trained: Path, tmp_path: Path,
     assert not (tmp_path / "scores.tsv").exists()
 
 
+@pytest.mark.slow
 def test_best_and_last_resolve_to_the_run_checkpoints(trained: Path, capsys) -> None:
     for alias in ("best", "last"):
         assert main(_args("validate", trained, "--ckpt_path", alias)) == 0
@@ -195,6 +198,7 @@ def test_checkpoints_get_the_umask_permissions(trained: Path) -> None:
         assert (path.stat().st_mode & 0o777) == 0o666 & ~mask, path
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_checkpoint_write_exits_cleanly(tmp_path: Path) -> None:
     """SIGINT lands while torch's zip writer is writing the third checkpoint file: exit 130 with
     one line, the checkpoints written before are intact, no partial file is left."""

@@ -69,7 +69,8 @@ def _fit_args(fasta: Path, tmp_path: Path) -> list[str]:
             "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.logger", "false"]
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [c if i == 0 else pytest.param(c, marks=pytest.mark.slow)  # the first case in `make test`,
+                                  for i, c in enumerate(CASES)])  # the rest in `make test-slow`
 def test_bad_fasta_in_process(tmp_path: Path, capsys, case: str) -> None:
     path = _bad_file(tmp_path, case)
     assert main(_fit_args(path, tmp_path)) == 2
@@ -87,7 +88,8 @@ def test_unreadable_path(tmp_path: Path, capsys, monkeypatch) -> None:
     assert str(path) in line and "permission denied" in line
 
 
-@pytest.mark.parametrize("args, expected", [
+@pytest.mark.parametrize("args, expected", [case if i == 0 else pytest.param(*case, marks=pytest.mark.slow)
+                                            for i, case in enumerate([  # the first case in `make test`
     (["--model.config.top_k", "5"], "model.config.top_k=5 is larger than model.config.num_experts=4"),
     (["--model.config.hidden_size", "30"], "model.config.hidden_size=30 is not divisible by model.config.num_heads=4"),
     (["--model.config.num_kv_heads", "3"], "model.config.num_kv_heads=3 does not divide model.config.num_heads=4"),
@@ -107,7 +109,7 @@ def test_unreadable_path(tmp_path: Path, capsys, monkeypatch) -> None:
     (["--data.batch_size", "0"], "data.batch_size: must be >= 1, got 0"),
     (["--data.num_workers", "-1"], "data.num_workers: must be >= 0, got -1"),
     (["--data.val_fraction", "1.0"], "data.val_fraction: must be in [0, 1), got 1.0"),
-])
+])])  # the rest in `make test-slow`
 def test_bad_config_in_process(tmp_path: Path, capsys, args: list[str], expected: str) -> None:
     assert main(_fit_args(ROOT / "data/lambda_virus.fa.gz", tmp_path) + args) == 2
     assert expected in _error_line(capsys.readouterr().err)
@@ -129,6 +131,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow
 def test_subprocess_bad_char_one_line_and_debug_traceback(tmp_path: Path) -> None:
     path = _bad_file(tmp_path, "bad_char")
     result = _cli(*_fit_args(path, tmp_path))
@@ -139,6 +142,7 @@ def test_subprocess_bad_char_one_line_and_debug_traceback(tmp_path: Path) -> Non
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "GenomeInputError" in debug.stderr
 
 
+@pytest.mark.slow
 def test_subprocess_nan_stop_is_one_line(tmp_path: Path) -> None:
     """tiny.yaml carries NonFiniteGuard(stop): a NaN at step 3 ends the run with one line, exit 1."""
     result = _cli(*_fit_args(ROOT / "data/lambda_virus.fa.gz", tmp_path), "--trainer.max_steps", "6",

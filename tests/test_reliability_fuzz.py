@@ -199,6 +199,7 @@ def scoring_inputs(tmp_path_factory) -> dict[str, Path]:
 @given(lines=st.lists(variant_line(), min_size=0, max_size=5), header=st.booleans())
 @settings(max_examples=_examples(30), suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                              HealthCheck.too_slow])
+@pytest.mark.slow
 def test_any_variant_table_scores_or_is_one_line(scoring_inputs, lines: list[str], header: bool) -> None:
     before = {p: p.read_bytes() for p in scoring_inputs.values()}
     with tempfile.TemporaryDirectory() as folder:
@@ -244,6 +245,7 @@ def _set(config: dict, dotted: str, value) -> None:
 
 @given(key=st.sampled_from(_NUMERIC_KEYS), value=_VALUE)
 @settings(max_examples=_examples(400))
+@pytest.mark.slow
 def test_validation_refuses_with_the_key_or_accepts(key: str, value) -> None:
     config = _tiny_config()
     _set(config, key, value)
@@ -263,6 +265,7 @@ _CLI_KEYS = ["model.optim.lr", "model.optim.weight_decay", "model.optim.warmup_s
 
 @given(key=st.sampled_from(_CLI_KEYS), value=_CLI_VALUES)
 @settings(max_examples=_examples(14))
+@pytest.mark.slow
 def test_fit_with_any_value_runs_or_is_one_line(key: str, value) -> None:
     with tempfile.TemporaryDirectory() as folder:
         argv = ["fit", "--config", str(ROOT / "configs/tiny.yaml"), "--data.cache_dir", f"{folder}/cache",

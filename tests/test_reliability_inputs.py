@@ -85,7 +85,7 @@ def test_changed_file_stops_reads_with_one_line(tmp_path: Path, cache_dir: Path,
     assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("mode", ["truncate", "rewrite"])
+@pytest.mark.parametrize("mode", ["truncate", pytest.param("rewrite", marks=pytest.mark.slow)])
 def test_fasta_changed_during_fit_stops_with_one_line(tmp_path: Path, capsys, mode: str) -> None:
     path = tmp_path / "g.fa"
     path.write_text(fasta_text({"c1": random_dna(20_000, 6)}))
@@ -126,6 +126,7 @@ def test_unreadable_entry_of_a_folder_is_warned_about(tmp_path: Path, cache_dir:
         assert Genome(folder, cache_dir=cache_dir).names == ["a1"]
 
 
+@pytest.mark.slow
 def test_folder_warning_is_one_biomoe_line_on_the_terminal(tmp_path: Path) -> None:
     folder = tmp_path / "genomes"
     folder.mkdir()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from biomoe.model import config as checks
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.training import validation
 from biomoe.cli.main import main
@@ -86,7 +87,9 @@ CLI_CASES = [case for case in BAD_VALUES if " ".join(case[0]) in THROUGH_THE_CLI
 DIRECT_CASES = [case for case in BAD_VALUES if case not in CLI_CASES]
 
 
-@pytest.mark.parametrize("args, expected", CLI_CASES, ids=[" ".join(a) for a, _ in CLI_CASES])
+@pytest.mark.parametrize("args, expected", [case if i == 0 else pytest.param(*case, marks=pytest.mark.slow)
+                                            for i, case in enumerate(CLI_CASES)],  # first case: make test; rest: test-slow
+                         ids=[" ".join(a) for a, _ in CLI_CASES])
 def test_bad_value_is_one_line_naming_the_key(tmp_path: Path, capsys, args: list[str], expected: str) -> None:
     assert main(_fit(tmp_path, *args)) == 2
     assert expected in _error_line(capsys.readouterr().err)
@@ -185,9 +188,9 @@ def test_every_shipped_config_passes_validation() -> None:
 
 
 @pytest.mark.parametrize("check, good, bad", [
-    (validation.real(0.0, lo_open=True), [1e-9, 3, 2.5], [0, -1, float("nan"), float("inf"), "1", True, None]),
-    (validation.integer(1, optional=True), [1, 10**9, None], [0, 1.5, True, "3"]),
-    (validation.sequence_of(validation.real(0.0, 1.0, hi_open=True), length=2), [(0.9, 0.95), [0, 0.5]],
+    (checks.real(0.0, lo_open=True), [1e-9, 3, 2.5], [0, -1, float("nan"), float("inf"), "1", True, None]),
+    (checks.integer(1, optional=True), [1, 10**9, None], [0, 1.5, True, "3"]),
+    (checks.sequence_of(checks.real(0.0, 1.0, hi_open=True), length=2), [(0.9, 0.95), [0, 0.5]],
      [(1.0, 0.9), (0.9,), "0.9,0.95", None]),
     (validation._devices, [1, "auto", -1, "0,1", [0, 1], "2"], [0, "0", -2, [], [-1], "gpu", 1.5]),
     (validation._batches, [None, 0, 5, 0.0, 0.5, 1.0], [-1, 1.5, "all", True]),

@@ -52,6 +52,7 @@ def _fit(tmp: Path, name: str, *extra: str) -> list[dict]:
     return [json.loads(line) for line in record.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_resume_mid_epoch_is_bit_exact(tmp_path: Path) -> None:
     full = _fit(tmp_path, "full")
     ckpt = next((tmp_path / "full").rglob(f"step={STOP}.ckpt"))

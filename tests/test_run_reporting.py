@@ -90,6 +90,7 @@ def test_test_scores_the_held_out_strains_per_genome(fitted_on_strains, tmp_path
     assert not csv_values(tmp_path, "test/a/bits_per_base")  # the training strain is not in the test split
 
 
+@pytest.mark.slow
 def test_fit_summary_and_plot_with_tensorboard(tmp_path, capsys, caplog):
     pytest.importorskip("tensorboard")
     caplog.set_level("INFO")

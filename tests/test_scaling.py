@@ -63,6 +63,7 @@ def test_scaling_config_changes_only_the_layout_and_run(tmp_path):
         scaling.scaling_config(plain, scaling.Layout(1, 1), "bf16", 5, tmp_path)
 
 
+@pytest.mark.slow
 def test_cpu_fits_at_ep1_and_ep2_give_a_scaling_table(tmp_path):
     results = []
     for layout in (scaling.Layout(1, 1), scaling.Layout(1, 2), scaling.Layout.parse("single")):
@@ -88,6 +89,7 @@ def test_cpu_fits_at_ep1_and_ep2_give_a_scaling_table(tmp_path):
     assert (tmp_path / "report" / "scaling.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_failed_fit_is_reported_with_its_log_tail(tmp_path):
     cfg = scaling.scaling_config(tiny_ep_config(), scaling.Layout(1, 1), "bf16", 3, tmp_path / "bad")
     cfg["data"]["fasta"] = str(tmp_path / "missing.fa")
@@ -263,6 +265,7 @@ def _assert_all_end_then_clean_up(pids: Path) -> None:
     assert len(started) == 2 and not survivors, f"ranks outlived the runner: {survivors}"
 
 
+@pytest.mark.slow
 def test_a_timed_out_fit_takes_its_other_ranks_with_it(tmp_path, monkeypatch):
     """Lightning starts ranks 1..N-1 as children of rank 0: on timeout none may keep its GPU."""
     import subprocess
@@ -304,6 +307,7 @@ def test_a_failed_rerun_does_not_leave_the_previous_result_behind(tmp_path, monk
     assert not (out / f"{name}.json").exists() and "boom" in (out / f"{name}.failed").read_text()
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_runner_takes_the_fit_with_it(tmp_path):
     """``timeout 300 python -m biomoe.bench.scaling ...`` signals the runner's process group; the
     fit runs in its own, so the runner must pass the end on rather than die alone."""

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from biomoe.genomics.score_variants import Variant, read_vcf
+from biomoe.inference.score_variants import Variant, read_vcf
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
 from biomoe.cli.main import main as cli_main

@@ -1,0 +1,20 @@
+"""Kernels above the model: which library computes each layer, chosen once before it is built.
+
+The model defines its seams (:mod:`biomoe.model.backends`, and the expert-backend registry
+:data:`~biomoe.model.moe.experts.EXPERT_BACKENDS`) and never imports this package. Importing it
+registers the expert backends it provides (Transformer Engine's ``te`` and ``te_fused``; that
+module imports TE only when a backend first computes), so the build step, which imports
+:mod:`biomoe.backends.select`, always sees every backend biomoe ships.
+"""
+
+from __future__ import annotations
+
+from biomoe.backends.te import experts as _te_experts  # noqa: F401  (registers te, te_fused)
+from biomoe.model.moe.experts import EXPERT_BACKENDS
+
+__all__ = ["expert_backend_choices"]
+
+
+def expert_backend_choices() -> list[str]:
+    """Every value ``model.runtime.expert_backend`` accepts, biomoe's own backends registered."""
+    return EXPERT_BACKENDS.choices()

@@ -2,7 +2,8 @@
 
 :func:`select_backends` is the only place that decides. It runs the precision capability check
 (one-line error, or the configured fallback, logged), turns ``auto`` into TE where TE is usable on
-this device, resolves ``expert_backend: auto`` from measurements, and returns the
+this device, resolves ``expert_backend`` in the expert-backend registry (``auto``: the
+highest-priority backend whose check says it runs and is preferred here), and returns the
 :class:`~biomoe.model.backends.LayerBackends` the model is constructed with plus the precision
 context entered around each forward.
 """
@@ -14,11 +15,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from biomoe.backends.te.availability import DeviceInfo, device_info, te_usable
+from biomoe.backends.te.availability import TE_LIBRARY, DeviceInfo, device_info, te_usable
 from biomoe.backends.te.precision import PrecisionContext, resolve_precision, te_support_checker
 from biomoe.errors import ConfigError
 from biomoe.model.backends import LayerBackends
 from biomoe.model.config import ModelConfig, RuntimeConfig
+from biomoe.model.moe.experts import EXPERT_BACKENDS, ExpertBackendQuery, resolve_expert_backend
 
 log = logging.getLogger(__name__)
 
@@ -61,25 +63,29 @@ def want_te(component: str, choice: str, te_ok: bool) -> bool:
     return choice == "te" or (choice == "auto" and te_ok)
 
 
+def expert_query(info: DeviceInfo | None, te_ok: bool, precision: str, hidden: int, ffn: int,
+                 device: torch.device | None = None) -> ExpertBackendQuery:
+    """The run as the expert-backend registry sees it; TE is probed here, once, so that no
+    backend's check has to import it."""
+    if device is None:
+        device = torch.device("cuda" if info is not None else "cpu")
+    return ExpertBackendQuery(device=torch.device(device), capability=info.capability if info else None,
+                              precision=precision, hidden_size=hidden, ffn_hidden_size=ffn,
+                              libraries=frozenset({TE_LIBRARY}) if te_ok else frozenset())
+
+
 def select_backends(cfg: ModelConfig, runtime: RuntimeConfig,
                     device: torch.device | None) -> BackendSelection:
     """Resolve ``runtime`` for ``device`` (CPU: the torch reference path everywhere)."""
-    from biomoe.backends.te.experts import choose_expert_backend
-
     info = device_info(device)
     te_ok = te_usable(device)
     precision = resolve_precision(runtime.precision, runtime.precision_fallback, info, te_ok,
                                   checker=te_support_checker if te_ok else None)
     context = PrecisionContext(precision, use_te=te_ok)
 
-    expert_backend, reason = runtime.expert_backend, "configured"
-    if expert_backend == "auto":
-        expert_backend, reason = choose_expert_backend(info, te_ok, precision, cfg.hidden_size,
-                                                       cfg.ffn_hidden_size)
-    if expert_backend in ("te", "te_fused") and not te_ok:
-        raise ConfigError(f"model.runtime.expert_backend: {expert_backend} needs Transformer Engine "
-                          "and a CUDA GPU (pip install biomoe[te]); use grouped or auto here")
-    if precision != "bf16" and expert_backend not in ("te", "te_fused"):
+    query = expert_query(info, te_ok, precision, cfg.hidden_size, cfg.ffn_hidden_size, device)
+    expert_backend, reason = resolve_expert_backend(runtime.expert_backend, query)
+    if precision != "bf16" and not EXPERT_BACKENDS.spec(expert_backend).uses_precision_recipe:
         log.warning("precision %s: expert_backend=%s does not use TE, so experts compute in bf16; "
                     "only TE modules run in %s", precision, expert_backend, precision)
 

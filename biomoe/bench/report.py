@@ -1,13 +1,11 @@
-"""``bench.json``, ``bench.md`` and ``bench.png``: written atomically, rewritten after every row, so a
-run cut short by a time limit still leaves every finished row on disk."""
+"""``bench.json``, ``bench.md`` and ``bench.png``: written atomically (:mod:`biomoe.files`), rewritten
+after every row, so a run cut short by a time limit still leaves every finished row on disk."""
 
 from __future__ import annotations
 
 import json
-import os
 import platform
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import torch
 from biomoe.bench.records import BASELINE, BenchRecord
 from biomoe.bench.shapes import BenchShape
 from biomoe.bench.timing import PEAK_BF16_TFLOPS
+from biomoe.files import save_figure, write_text
 
 TIMING_NOTE = ("tokens/s = tokens per step / median step time over the timed steps after warm-up; a step "
                "is timed from its start to the next step's start with CUDA events (for biomoe-cli: "
@@ -24,22 +23,6 @@ TIMING_NOTE = ("tokens/s = tokens per step / median step time over the timed ste
                "torch.cuda.max_memory_allocated over the whole row (reset before it)")
 MFU_NOTE = (f"mfu = model TFLOP/s / {PEAK_BF16_TFLOPS:.0f} TFLOP/s (dense bf16 matmul rate of this H200) "
             "for every precision, FP8 included")
-
-
-def write_atomic(path: Path, text: str | bytes) -> None:
-    """Temp file in the same folder, then ``os.replace``: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode() if isinstance(text, str) else text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _version(module: str) -> str | None:
@@ -149,15 +132,15 @@ def chart(records: list[BenchRecord], path: Path, title: str) -> None:
     axes[-1, 0].set_xlabel("training tokens / s (thousands; median step, CUDA events)")
     fig.suptitle(title)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def write_report(out: Path, report: dict[str, Any], with_chart: bool) -> None:
-    write_atomic(out / "bench.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(out / "bench.md", markdown(report))
+    write_text(out / "bench.json", json.dumps(report, indent=2) + "\n")
+    write_text(out / "bench.md", markdown(report))
     if with_chart:
         records = [BenchRecord(**r) for r in report["records"]]
         gpu = report["environment"].get("gpu") or "CPU"

@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
 def profile_contenders(args: argparse.Namespace, ctx: BenchContext, rows: list[Row]) -> dict[str, str]:
     """torch.profiler tables (``profile.txt``) of the named loop contenders on the first shape."""
     from biomoe.bench.profile import profile_steps
-    from biomoe.bench.report import write_atomic
+    from biomoe.files import write_text
 
     wanted = _split(args.profile)
     shape = rows[0].shape if rows else parse_case(_split(args.shapes)[0])
@@ -412,7 +412,7 @@ def profile_contenders(args: argparse.Namespace, ctx: BenchContext, rows: list[R
             tables[name] = f"error: {type(err).__name__}: {err}"
         print(tables[name], flush=True)
         free_memory(ctx.device)
-    write_atomic(Path(args.out) / "profile.txt", "\n\n".join(tables.values()) + "\n")
+    write_text(Path(args.out) / "profile.txt", "\n\n".join(tables.values()) + "\n")
     return tables
 
 

@@ -30,16 +30,16 @@ import re
 from dataclasses import dataclass
 from types import TracebackType
 
+from biomoe.compat.lightning import BUILD_PHASE_FRAMES, CHECKPOINT_SELECTION_FRAMES
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ConfigError
 
 __all__ = ["INTERRUPTED", "UserError", "classify", "one_line"]
 
-_BUILD_PHASE = ("parse_arguments", "instantiate_classes", "_parse_ckpt_path", "_set_seed", "instantiate_trainer",
-                "_instantiate_trainer")
+_BUILD_PHASE = ("parse_arguments", "instantiate_classes", "instantiate_trainer") + BUILD_PHASE_FRAMES
 _LIGHTNING = tuple(os.sep + name + os.sep for name in ("lightning", "lightning_fabric", "pytorch_lightning"))
 _LIBRARIES = _LIGHTNING + (os.sep + "torch" + os.sep, os.sep + "jsonargparse" + os.sep)
-_CKPT_SELECTION = ("_parse_ckpt_path", "_select_ckpt_path", "_restore_modules_and_callbacks", "resume_start")
+_CKPT_SELECTION = CHECKPOINT_SELECTION_FRAMES + ("resume_start",)
 _MAX_CHARS = 400
 INTERRUPTED = ("interrupted (Ctrl-C); checkpoints already written are complete, the one being written (if any) "
                "was discarded")

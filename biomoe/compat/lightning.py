@@ -2,8 +2,12 @@
 jsonargparse 4.53.
 
 biomoe's CLI and progress bar override three private methods (their names are listed in
-``OVERRIDDEN``, so a test notices when Lightning renames one), reads two private attributes, and
-removes the logging methods the Trainer binds onto callbacks, through the functions below.
+``OVERRIDDEN``, so a test notices when Lightning renames one); through the functions below it
+reads the CLI parser's subcommands and the Trainer's logging decision, asks a module or callback
+for its Trainer without Lightning's "not attached" error, sets up the process group and device
+mesh the way ``ModelParallelStrategy`` does, removes the logging methods the Trainer binds onto
+callbacks, and names the private Lightning functions on a traceback that tell a user's
+configuration error from a bug (:data:`BUILD_PHASE_FRAMES`, :data:`CHECKPOINT_SELECTION_FRAMES`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,35 @@ def set_negative_number_matcher(parser: Any, pattern: Any) -> None:
     """Which tokens argparse reads as (negative) numbers rather than option names: Python 3.11's
     default takes ``-1e-3`` for an option."""
     parser._negative_number_matcher = pattern
+
+
+def attached_trainer(owner: Any) -> Any | None:
+    """The Trainer a LightningModule or callback is attached to, or None (``.trainer`` raises)."""
+    return getattr(owner, "_trainer", None)
+
+
+def setup_distributed(strategy: Any) -> None:
+    """Start the process group as ``ModelParallelStrategy.setup_environment`` does (its own mesh
+    set-up, which a subclass with other mesh dimensions replaces, is a separate step)."""
+    strategy._setup_distributed()
+
+
+def set_device_mesh(strategy: Any, mesh: Any) -> None:
+    """Make ``mesh`` the strategy's ``device_mesh`` and its LightningModule's (read in
+    ``configure_model``), as ``ModelParallelStrategy.setup_environment`` does with its own."""
+    strategy._device_mesh = mesh
+    if strategy.lightning_module is not None:
+        strategy.lightning_module._device_mesh = mesh
+
+
+BUILD_PHASE_FRAMES: tuple[str, ...] = ("_parse_ckpt_path", "_set_seed", "_instantiate_trainer")
+"""Private ``LightningCLI`` methods that run while the configuration is turned into objects (beside
+the public ``parse_arguments``, ``instantiate_classes`` and ``instantiate_trainer``)."""
+
+CHECKPOINT_SELECTION_FRAMES: tuple[str, ...] = ("_parse_ckpt_path", "_select_ckpt_path",
+                                                "_restore_modules_and_callbacks")
+"""Private methods of ``LightningCLI`` and the Trainer's checkpoint connector that resolve and open
+``ckpt_path`` (beside the public ``resume_start``)."""
 
 
 def logs_this_step(trainer: Any) -> bool:

@@ -6,6 +6,9 @@
 - ``checkpoint_wrapper``: torch's activation-checkpoint wrapper keeps state_dict keys unchanged
   (it lives under ``torch.distributed.algorithms._checkpoint``);
 - ``DeviceMesh._flatten``: one process group over several mesh dimensions (as torchtitan does);
+- ``_checkpoint_wrapped_module``: the block inside torch's checkpoint wrapper (compiled inside it);
+- ``Optimizer._step_supports_amp_scaling``: the optimizer's step takes ``found_inf`` and skips a
+  bad update on the device (torch's fused kernels; the contract ``GradScaler`` relies on);
 - DCP's no-process-group loader with an empty planner: read chosen keys of a distributed
   checkpoint in one process without building a template state dict.
 """
@@ -21,8 +24,8 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 
 TESTED_WITH = ("2.11", "2.13")
 
-__all__ = ["TESTED_WITH", "checkpoint_wrapper", "flatten_mesh", "foreach_mul_", "foreach_norm",
-           "grouped_mm", "has_grouped_mm", "load_checkpoint_keys"]
+__all__ = ["TESTED_WITH", "checkpoint_wrapper", "checkpoint_wrapped", "flatten_mesh", "foreach_mul_",
+           "foreach_norm", "grouped_mm", "has_grouped_mm", "load_checkpoint_keys", "step_supports_amp_scaling"]
 
 
 def has_grouped_mm() -> bool:
@@ -44,6 +47,16 @@ def foreach_norm(tensors: list[Tensor], ord: float = 2.0) -> list[Tensor]:
 
 def foreach_mul_(tensors: list[Tensor], factor: Tensor) -> None:
     torch._foreach_mul_(tensors, factor)
+
+
+def checkpoint_wrapped(module: Any) -> Any:
+    """The module inside :func:`checkpoint_wrapper` (``module`` itself when it is not wrapped)."""
+    return getattr(module, "_checkpoint_wrapped_module", module)
+
+
+def step_supports_amp_scaling(optimizer: Any) -> bool:
+    """True when ``optimizer.step`` reads ``found_inf`` and skips its update on the device."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
 
 
 def flatten_mesh(mesh: Any, name: str) -> Any:

@@ -50,6 +50,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from biomoe.data.reader import ContigInfo
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_path, atomic_write, write_text
 
@@ -75,27 +76,6 @@ _VALID_LUT[np.frombuffer(_VALID, dtype=np.uint8)] = True
 # The empty block bgzip writes last (SAM/BAM spec, 4.1.2); without it the file was cut short.
 _BGZF_EOF = bytes.fromhex("1f8b08040000000000ff0600424302001b0003000000000000000000")
 _OTHER_COMPRESSION = {b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
-
-
-@dataclass(frozen=True)
-class ContigInfo:
-    """One FASTA record: its name (first word of the header), length and source file.
-
-    When several files of a :class:`Genome` hold a record of the same name, ``name`` is
-    namespaced by the file (``<file label>#<record>``, as in the PanSN convention) and
-    ``record`` keeps the name as written in the file.
-    """
-
-    name: str
-    length: int
-    path: Path
-    record: str | None = None
-    file_index: int = 0
-
-    @property
-    def record_name(self) -> str:
-        """The name of the record inside its FASTA file."""
-        return self.record or self.name
 
 
 def file_labels(paths: Sequence[Path]) -> list[str]:
@@ -679,7 +659,8 @@ def _build_index(prep: _PreparedFile) -> None:
 # Genome
 # ---------------------------------------------------------------------------------------
 class Genome:
-    """A set of FASTA files viewed as one genome: named contigs with random access.
+    """A set of FASTA files viewed as one genome: named contigs with random access (the FASTA
+    :class:`~biomoe.data.reader.SequenceReader`).
 
     ``Genome(paths, cache_dir=None)`` accepts a file, a folder (all FASTA files in it,
     sorted) or a list of both; files may be plain, gzip or bgzip. Opening validates

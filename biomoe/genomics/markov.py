@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.data.datamodule import split_regions
+from biomoe.data.splits import split_regions
 from biomoe.data.tokenizer import A_ID, NucleotideTokenizer
 
 __all__ = ["MarkovModel", "count_kmers", "MAX_ORDER", "training_sequences"]

@@ -247,7 +247,7 @@ def fit_on_split(genome, val_contigs: list[str] | None, val_fraction: float, k: 
     rule (:func:`~biomoe.data.datamodule.split_genome`; ``held_out`` its test and held-out-file settings;
     ``val_fraction`` 0 and nothing else held out: all of it).
     ``k`` None is :func:`default_k` of the training length, read from the region bounds."""
-    from biomoe.data.datamodule import split_genome
+    from biomoe.data.splits import split_genome
 
     train = split_genome(genome, val_contigs=val_contigs, val_fraction=val_fraction, **held_out).train
     k = k or default_k(sum(hi - lo for _, lo, hi in train))

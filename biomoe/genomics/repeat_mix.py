@@ -1,38 +1,39 @@
-"""``biomoe repeat-mix``: held-out bits/base of a model alone and mixed with the repeat expert.
+"""Held-out bits/base of a model alone and mixed with the repeat expert: the numbers of ``repeat-mix``.
 
-The base model is a checkpoint (``--ckpt``) or, without one, an order-k Markov model fitted on the
-training split. The repeat table is fitted on the training split too (both strands), so the mixed
-number is a held-out score like any other: same split, windows and positions as ``validate``.
-
-    python cli.py repeat-mix data/large/ecoli536_NC_008253.fna.gz --ckpt last.ckpt --json out.json
-    python cli.py repeat-mix data/large/ecoli536_NC_008253.fna.gz --markov-order 7
+The base model is a function from a batch to ``[B, T, V]`` log-probabilities: a network's
+(:func:`model_log_probs`) or an order-k Markov model's fitted on the training split
+(:func:`markov_log_probs`). The repeat table is fitted on the training split too (both strands),
+so the mixed number is a held-out score like any other: same split, windows and positions as
+``validate``. :func:`expert_for_checkpoint` builds the repeat expert a checkpoint's scores are
+mixed with (``score-fasta --repeat-expert``).
 """
 
 from __future__ import annotations
 
-import json
-import time
-from pathlib import Path
+from collections.abc import Callable
 
 import torch
+from torch import Tensor
 from torch.utils.data import DataLoader
 
-from biomoe.cli.arguments import CommandParser
-from biomoe.genomics.markov import training_sequences
 from biomoe.checkpoint.records import training_data_settings
 from biomoe.data.datamodule import GenomeDataModule
-from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome
-from biomoe.model.losses import LN2
-from biomoe.genomics.markov import MAX_ORDER, MarkovModel
-from biomoe.genomics.score_fasta import positive_int, write_output
-from biomoe.files import check_outputs
-from biomoe.genomics.repeat_expert import (HELD_OUT_KEYS, RepeatExpert, RepeatTable, check_settings, fit_on_split,
-                                           fit_on_training_split, score_batch)
 from biomoe.data.tokenizer import NucleotideTokenizer
+from biomoe.errors import GenomeInputError
+from biomoe.genomics.markov import MarkovModel, training_sequences
+from biomoe.genomics.repeat_expert import (HELD_OUT_KEYS, RepeatExpert, RepeatTable, check_settings, fit_on_split,
+                                           score_batch)
+from biomoe.model.losses import LN2
+from biomoe.model.transformer import MoETransformer
+
+__all__ = ["LogProbs", "expert_for_checkpoint", "markov_log_probs", "model_log_probs", "score"]
+
+LogProbs = Callable[[dict[str, Tensor]], Tensor]
+"""A base model for :func:`score`: a validation batch -> ``[B, T, V]`` log-probabilities."""
 
 
-def score(datamodule: GenomeDataModule, base_log_probs, table: RepeatTable, switch: float,
+def score(datamodule: GenomeDataModule, base_log_probs: LogProbs, table: RepeatTable, switch: float,
           smoothing: float, batch_size: int = 64, per_window: bool = False, follow_copies: bool = False) -> dict:
     """Sums over the validation windows. ``base_log_probs(batch) -> [B, T, V]`` log-probabilities.
     ``mixed`` is the expert following copies with ``follow_copies`` (then ``exact_mixed`` is the
@@ -105,10 +106,10 @@ def expert_for_checkpoint(ckpt: str, fasta: list[str] | None = None, k: int | No
     return RepeatExpert(table, switch, smoothing, follow_copies)
 
 
-def checkpoint_log_probs(path: str, device: torch.device):
-    from biomoe.inference.scoring import load_model
-
-    model = load_model(path, map_location="cpu").to(device).eval()
+def model_log_probs(model: MoETransformer) -> LogProbs:
+    """A network as :func:`score`'s base model: log-softmax of its logits, under bf16 autocast on
+    CUDA, on the device its weights are on (put it in eval mode first)."""
+    device = next(model.parameters()).device
 
     @torch.no_grad()
     def log_probs(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -119,66 +120,7 @@ def checkpoint_log_probs(path: str, device: torch.device):
     return log_probs
 
 
-def markov_log_probs(datamodule: GenomeDataModule, order: int):
+def markov_log_probs(datamodule: GenomeDataModule, order: int) -> LogProbs:
+    """An order-``order`` Markov model fitted on the training split as :func:`score`'s base model."""
     model = MarkovModel.fit(training_sequences(datamodule), order)
     return lambda batch: torch.log_softmax(model.logits(batch["labels"], datamodule.vocab_size), dim=-1)
-
-
-def main(argv: list[str]) -> int:
-    parser = CommandParser(prog="biomoe repeat-mix", description=__doc__.splitlines()[0])
-    parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
-    parser.add_argument("--ckpt", default=None, help="biomoe checkpoint (default: an order-k Markov base)")
-    parser.add_argument("--markov-order", type=int, default=7)
-    parser.add_argument("--k", type=int, default=None, help="repeat context length (default: log4(2N) + 6)")
-    parser.add_argument("--switch", type=float, default=0.003, help="fixed-share weight moved per base")
-    parser.add_argument("--smoothing", type=float, default=0.005, help="add-δ for the repeat counts")
-    parser.add_argument("--follow-copies", action="store_true",
-                        help="keep following a copy past mismatches (XM-style copy expert)")
-    parser.add_argument("--seq-length", type=positive_int, default=1024)
-    parser.add_argument("--val-fraction", type=float, default=0.1)
-    parser.add_argument("--val-contigs", nargs="*", default=None)
-    parser.add_argument("--batch-size", type=positive_int, default=64)
-    parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--plot", type=Path, default=None,
-                        help="PNG of bits/base per held-out window, alone and mixed, along the genome")
-    args = parser.parse_args(argv)
-    check_outputs([args.json, args.plot], [*args.fasta, args.ckpt])  # never over an input
-    if args.ckpt is None and not 0 <= args.markov_order <= MAX_ORDER:
-        parser.error(f"--markov-order must be in 0..{MAX_ORDER}")
-    check_settings(args.k, args.switch, args.smoothing)
-    start = time.perf_counter()
-    dm = GenomeDataModule(fasta=args.fasta, seq_length=args.seq_length, val_fraction=args.val_fraction,
-                          val_contigs=args.val_contigs, rc_prob=0.0)
-    dm.setup("validate")
-    if dm.val_dataset is None:
-        parser.error("validation is disabled (val_fraction=0 and no val_contigs)")
-    table = fit_on_training_split(dm, args.k)
-    k = table.k
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if args.ckpt is not None:
-        base, base_name = checkpoint_log_probs(args.ckpt, device), args.ckpt
-    else:
-        base, base_name = markov_log_probs(dm, args.markov_order), f"order-{args.markov_order} Markov"
-    result = score(dm, base, table, args.switch, args.smoothing, args.batch_size, per_window=args.plot is not None,
-                   follow_copies=args.follow_copies)
-    result.update(base=base_name, k=k, switch=args.switch, smoothing=args.smoothing, follow_copies=args.follow_copies,
-                  training_bases=table.training_bases, table_entries=len(table), fasta=args.fasta,
-                  seq_length=args.seq_length, seconds=time.perf_counter() - start)
-    print(f"{base_name} on {result['positions']:,} held-out bases of {', '.join(args.fasta)}: "
-          f"{result['base_bits_per_base']:.4f} bits/base alone, {result['mixed_bits_per_base']:.4f} "
-          f"with the repeat expert (k={k}, switch {args.switch}, smoothing {args.smoothing}"
-          f"{', following copies' if args.follow_copies else ''}"
-          f"{'; exact matches only: %.4f' % result['exact_mixed_bits_per_base'] if args.follow_copies else ''}); "
-          f"{result['repeat_fraction']:.2%} of positions follow a training k-mer: "
-          f"{result['base_on_repeats_bits_per_base']:.3f} -> {result['mixed_on_repeats_bits_per_base']:.3f} "
-          f"bits/base there ({result['seconds']:.0f} s)")
-    windows = result.pop("windows", None)
-    if args.json is not None:
-        write_output(args.json, lambda target: target.write_text(json.dumps(result, indent=2) + "\n"))
-    if windows is not None:
-        from biomoe.training.plots import plot_repeat_gain
-
-        title = f"{base_name} alone and with the repeat expert (k={k}), held-out windows"
-        written = plot_repeat_gain(windows, args.plot, title)  # atomic; None without matplotlib
-        print(f"plot: {written}" if written else "plot: skipped (matplotlib is not installed)")
-    return 0

@@ -1,4 +1,4 @@
-"""``biomoe embed``: hidden states of a trained model for FASTA input, per base or pooled.
+"""Hidden states of a model for FASTA input, per base or pooled (the rows ``biomoe embed`` writes).
 
 Each contig is read in consecutive windows of ``window`` bases (the training length by default);
 the model reads ``<bos>`` + the window, as in training, and the embedding of base i is the hidden
@@ -14,33 +14,24 @@ Pooling:
 * ``window``: one row per ``pool_size``-base bin of each contig (the last one may be shorter),
   the mean over its A/C/G/T bases. A row with no such base is NaN.
 
-The output ``.npz`` holds ``embeddings`` [rows, hidden], ``contig`` (row -> index into
-``contig_names``), ``position`` (0-based first base of the row), ``length`` (bases the row spans),
-``bases`` (A/C/G/T bases pooled into it) and the ``layer``/``pool`` used. Memory stays bounded on
-long genomes: windows are computed a batch at a time and rows go straight into a memory-mapped
-array on disk, which is then streamed into the ``.npz``.
+Windows are computed a batch at a time and their rows written straight into the caller's array
+(a memory-mapped file, for long genomes), so memory stays bounded.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.cli.arguments import CommandParser
 from biomoe.data.fasta import Genome
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
-from biomoe.errors import GenomeInputError
 from biomoe.model.transformer import MoETransformer
 
-__all__ = ["POOLS", "EmbeddingLayout", "embed_genome", "hidden_states", "main", "parse_layer"]
+__all__ = ["POOLS", "EmbeddingLayout", "embed_genome", "hidden_states", "parse_layer"]
 
 POOLS = ("position", "mean", "window")
 
@@ -202,72 +193,3 @@ def embed_genome(model: MoETransformer, genome: Genome, out: np.ndarray, layout:
             progress.update(int(ids.size))
     writer.finish_empty_contigs()
     return writer.bases
-
-
-# ----------------------------------------------------------------------------------- command line
-def build_parser() -> argparse.ArgumentParser:
-    from biomoe.genomics.score_fasta import positive_int
-
-    parser = CommandParser(prog="biomoe embed", description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
-    parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
-    parser.add_argument("--out", required=True, type=Path, help="output .npz (written atomically)")
-    parser.add_argument("--layer", default="final",
-                        help="'final' (final norm output) or a block index K (residual stream after block K)")
-    parser.add_argument("--pool", choices=POOLS, default="mean",
-                        help="position: a row per base; mean: a row per contig; window: a row per --pool-size bases "
-                             "(default %(default)s)")
-    parser.add_argument("--pool-size", type=positive_int, default=1000, help="bases per row with --pool window (default %(default)s)")
-    parser.add_argument("--window", type=positive_int, default=None,
-                        help="bases the model reads at once (default: the checkpoint's training seq_length)")
-    parser.add_argument("--batch-size", type=positive_int, default=8, help="windows per forward pass (default %(default)s)")
-    parser.add_argument("--dtype", choices=("float32", "float16"), default="float32",
-                        help="of the stored embeddings (default %(default)s)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="default %(default)s")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    return parser
-
-
-def main(argv: list[str]) -> int:
-    from biomoe.files import atomic_write, check_outputs
-    from biomoe.checkpoint.run_folder import resolve_checkpoint
-    from biomoe.inference.scoring import load_model
-    from biomoe.checkpoint.records import training_seq_length
-    from biomoe.progress import progress_bar
-
-    args = build_parser().parse_args(argv)
-    args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
-    genome = Genome(args.fasta)
-    check_outputs([args.out], [args.ckpt, *genome.paths])
-    if args.out.suffix != ".npz":
-        raise GenomeInputError(args.out, "--out must end in .npz")
-    model = load_model(args.ckpt).to(args.device)
-    try:
-        layer = parse_layer(args.layer, model.config.num_layers)
-    except ValueError as exc:
-        raise GenomeInputError(None, f"--layer: {exc}") from None
-    window = args.window or training_seq_length(args.ckpt) or 1024
-    layout = EmbeddingLayout([c.name for c in genome.contigs], [c.length for c in genome.contigs],
-                             args.pool, args.pool_size)
-    index = layout.index_arrays()
-    rows, hidden = len(index["contig"]), model.config.hidden_size
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    # Rows go to a memory-mapped scratch file beside the output (bounded memory on any genome).
-    fd, scratch = tempfile.mkstemp(prefix=f".{args.out.name}.", suffix=".rows.npy", dir=args.out.parent)
-    os.close(fd)
-    try:
-        out = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.dtype(args.dtype), shape=(rows, hidden))
-        with progress_bar(genome.total_length, "embed", disable=args.no_progress) as bar:
-            bases = embed_genome(model, genome, out, layout, layer, window, args.batch_size, progress=bar)
-        out.flush()
-        arrays = {"embeddings": out, **index, "bases": bases,
-                  "layer": np.array("final" if layer is None else str(layer)), "pool": np.array(args.pool)}
-        with atomic_write(args.out, "wb") as handle:
-            np.savez(handle, **arrays)
-        del out, arrays
-    finally:
-        Path(scratch).unlink(missing_ok=True)
-    print(f"wrote {args.out} ({rows:,} x {hidden} embeddings, layer {'final' if layer is None else layer}, "
-          f"pool {args.pool})")
-    return 0

@@ -1,4 +1,4 @@
-"""``biomoe generate``: sample DNA from a trained model.
+"""Sampling DNA from a trained model, one base at a time (what ``biomoe generate`` runs).
 
 Sampling reads the model's next-base distribution one base at a time. A :class:`KVCache` keeps
 the keys and values of everything already read, so each new base costs one token's forward pass
@@ -15,28 +15,23 @@ half-context bases, exactly as a training window would start, instead of feeding
 positions it has never seen. The cost stays linear (one refill per half context).
 
 Every sample draws its randomness from its own stream seeded by ``(seed, sample number)``, so a
-sample does not change when ``--batch-size`` or ``--num-samples`` does.
+sample does not change when ``batch_size`` or ``num_samples`` does.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.cli.arguments import CommandParser
-from biomoe.data.tokenizer import A_ID, BOS_ID, C_ID, G_ID, N_ID, T_ID, NucleotideTokenizer
-from biomoe.errors import GenomeInputError
+from biomoe.data.tokenizer import A_ID, BOS_ID, C_ID, G_ID, N_ID, T_ID
 from biomoe.model.transformer import KVCache, MoETransformer
 
-__all__ = ["SamplingSettings", "emitted_token_ids", "generate", "main", "parse_region", "sample_next"]
+__all__ = ["SamplingSettings", "emitted_token_ids", "generate", "parse_region", "sample_next"]
 
 _NOISE_BLOCK = 1024  # uniforms drawn per sample at a time (one host->device copy per block)
 
@@ -171,7 +166,7 @@ def _generate_batch(model: MoETransformer, prompt: np.ndarray, length: int, rows
     return list(generated.cpu().numpy())
 
 
-# ----------------------------------------------------------------------------------- command line
+# ---------------------------------------------------------------------------------------- regions
 _REGION = re.compile(r"^(?P<contig>.+?)(?::(?P<start>[\d,]+)-(?P<end>[\d,]+))?$")
 
 
@@ -187,126 +182,3 @@ def parse_region(text: str) -> tuple[str, int | None, int | None]:
     if start < 1 or end < start:
         raise ValueError(f"region {text!r}: start must be >= 1 and end >= start (1-based, inclusive)")
     return match.group("contig"), start - 1, end
-
-
-def _prompt_from_args(args: argparse.Namespace) -> tuple[np.ndarray | None, str, list[Path]]:
-    """(prompt ids, description for the FASTA header, input files)."""
-    tokenizer = NucleotideTokenizer()
-    if args.prompt is not None:
-        text = "".join(args.prompt.split())
-        bad = sorted(set(text.upper()) - set("ACGTNRYSWKMBDHV"))
-        if bad:
-            raise GenomeInputError(None, f"--prompt: character(s) {''.join(bad)!r} are not IUPAC nucleotide codes")
-        return tokenizer.encode(text), f"prompt={len(text)}bp", []
-    if args.prompt_region is not None:
-        if args.fasta is None:
-            raise GenomeInputError(None, "--prompt-region needs --fasta (the genome the region is in)")
-        from biomoe.data.fasta import Genome
-
-        genome = Genome(args.fasta)
-        source = " ".join(args.fasta)
-        try:
-            contig, start, end = parse_region(args.prompt_region)
-        except ValueError as exc:
-            raise GenomeInputError(None, f"--prompt-region: {exc}") from None
-        if contig not in genome:
-            raise GenomeInputError(source, f"--prompt-region: contig '{contig}' is not in the genome")
-        length = genome.contig(contig).length
-        start, end = (0, length) if start is None else (start, end)
-        if end > length:
-            raise GenomeInputError(source, f"--prompt-region {args.prompt_region}: beyond the end of "
-                                               f"{contig} ({length:,} bp)")
-        return tokenizer.encode(genome.fetch(contig, start, end)), f"prompt={contig}:{start + 1}-{end}", \
-            list(genome.paths)
-    return None, "prompt=none", []
-
-
-def _fasta_text(name: str, description: str, sequence: str, width: int) -> str:
-    lines = [f">{name} {description}"]
-    lines.extend(sequence[i:i + width] for i in range(0, len(sequence), width))
-    return "\n".join(lines) + "\n"
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value}")
-    return value
-
-
-def _temperature(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from biomoe.genomics.score_fasta import positive_int
-
-    parser = CommandParser(prog="biomoe generate", description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
-    prompt = parser.add_mutually_exclusive_group()
-    prompt.add_argument("--prompt", default=None, help="bases to continue (default: start from <bos> alone)")
-    prompt.add_argument("--prompt-region", default=None, metavar="CONTIG:START-END",
-                        help="continue this region of --fasta (1-based, inclusive; a bare contig name = all of it)")
-    parser.add_argument("--fasta", nargs="+", default=None, help="genome FASTA for --prompt-region")
-    parser.add_argument("--out", required=True, type=Path, help="output FASTA (written atomically)")
-    parser.add_argument("--length", type=positive_int, default=1000, help="bases to generate per sample (default %(default)s)")
-    parser.add_argument("--num-samples", type=positive_int, default=1, help="default %(default)s")
-    parser.add_argument("--batch-size", type=positive_int, default=16, help="samples generated together (default %(default)s)")
-    parser.add_argument("--temperature", type=_temperature, default=1.0, help="0 = greedy (default %(default)s)")
-    parser.add_argument("--top-k", type=positive_int, default=None, help="keep the k most likely bases")
-    parser.add_argument("--top-p", type=_probability, default=None, help="nucleus sampling mass")
-    parser.add_argument("--seed", type=int, default=0, help="default %(default)s; each sample has its own stream")
-    parser.add_argument("--allow-n", action="store_true", help="let the model emit N besides A/C/G/T")
-    parser.add_argument("--context", type=positive_int, default=None,
-                        help="tokens the model attends to (default: the checkpoint's training seq_length)")
-    parser.add_argument("--include-prompt", action="store_true", help="write prompt + generated bases")
-    parser.add_argument("--name", default="sample", help="FASTA record names: NAME_1, NAME_2, ... (default %(default)s)")
-    parser.add_argument("--line-width", type=positive_int, default=80, help="FASTA line width (default %(default)s)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="default %(default)s")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    return parser
-
-
-def main(argv: list[str]) -> int:
-    from biomoe.files import atomic_write, check_outputs
-    from biomoe.checkpoint.run_folder import resolve_checkpoint
-    from biomoe.inference.scoring import load_model
-    from biomoe.checkpoint.records import training_seq_length
-    from biomoe.progress import progress_bar
-
-    args = build_parser().parse_args(argv)
-    args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
-    prompt, prompt_text, inputs = _prompt_from_args(args)
-    check_outputs([args.out], [args.ckpt, *inputs])
-    settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.allow_n)
-    model = load_model(args.ckpt).to(args.device)
-    context = args.context or training_seq_length(args.ckpt)
-    if context is not None and context < 2:
-        raise GenomeInputError(None, f"--context {context}: needs at least 2 tokens (<bos> and a base)")
-    if prompt is not None and context is not None and len(prompt) > context - 1:
-        print(f"biomoe: note: the prompt has {len(prompt):,} bases; the model reads its last {context - 1:,} "
-              f"(context {context:,} tokens)", file=sys.stderr)
-    with progress_bar(args.num_samples * args.length, "generate", disable=args.no_progress) as bar:
-        samples = generate(model, prompt, args.length, args.num_samples, settings, args.seed, args.batch_size,
-                           context, progress=bar)
-    tokenizer = NucleotideTokenizer()
-    prefix = tokenizer.decode(prompt) if args.include_prompt and prompt is not None else ""
-    description = (f"{prompt_text} length={args.length} seed={args.seed} temperature={args.temperature:g}"
-                   + (f" top_k={args.top_k}" if args.top_k else "") + (f" top_p={args.top_p:g}" if args.top_p else "")
-                   + (" with_prompt" if prefix else ""))
-    text = "".join(_fasta_text(f"{args.name}_{i + 1}", description, prefix + tokenizer.decode(ids), args.line_width)
-                   for i, ids in enumerate(samples))
-    with atomic_write(args.out, "w") as handle:
-        handle.write(text)
-    print(f"wrote {args.out} ({len(samples)} sample(s) of {args.length:,} bases)")
-    return 0

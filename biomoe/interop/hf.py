@@ -26,7 +26,6 @@ import lightning
 import torch
 from torch import Tensor
 
-from biomoe.cli.arguments import CommandParser
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_path, check_outputs, write_text
@@ -249,25 +248,3 @@ def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) 
     }
     atomic_torch_save(checkpoint, out)
     return out
-
-
-def _convert_main(argv: list[str], prog: str, description: str, source: str, dest: str,
-                  convert) -> int:
-    """One small CLI for both directions: ``prog SOURCE DEST`` calls ``convert(SOURCE, DEST)``."""
-    parser = CommandParser(prog=prog, description=description)
-    parser.add_argument(source)
-    parser.add_argument(dest)
-    args = vars(parser.parse_args(argv))
-    print(f"wrote {convert(args[source], args[dest])}")
-    return 0
-
-
-def export_main(argv: list[str]) -> int:
-    return _convert_main(argv, "biomoe export-hf",
-                         "checkpoint -> MixtralForCausalLM folder (weights, tokenizer, generation config, model card)",
-                         "ckpt", "out_dir", export_hf)
-
-
-def import_main(argv: list[str]) -> int:
-    return _convert_main(argv, "biomoe import-hf", "MixtralForCausalLM folder -> checkpoint",
-                         "hf_dir", "out_ckpt", import_hf)

@@ -51,8 +51,9 @@ def training_record(ckpt_path: str | os.PathLike[str]) -> TrainingRecord:
         if state.get("monitor") != MONITOR:
             continue
         own = {_ckpt_name(p): s for p, s in (state.get("best_k_models") or {}).items()}
-        if Path(path).name in own and own[Path(path).name] is not None:
-            record.bits_per_base, record.score_source = float(own[Path(path).name]), "this checkpoint"
+        name = Path(ckpt_path).name
+        if name in own and own[name] is not None:
+            record.bits_per_base, record.score_source = float(own[name]), "this checkpoint"
         elif state.get("best_model_score") is not None:
             record.bits_per_base = float(state["best_model_score"])
             record.score_source = f"the run's best checkpoint, {_ckpt_name(state.get('best_model_path'))}"

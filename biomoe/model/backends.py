@@ -34,7 +34,8 @@ class LayerBackends:
     dispatcher: Callable[[], TokenDispatcher] = LocalDispatcher
     """Builds each MoE layer's local dispatcher (expert parallelism wraps it later)."""
     experts: str = "grouped"
-    """Expert backend name in :mod:`biomoe.model.moe.experts`' registry (never ``auto``)."""
+    """A name in :data:`~biomoe.model.moe.experts.EXPERT_BACKENDS` (never ``auto``: the build step
+    resolves it for the device first)."""
 
 
 TORCH_BACKENDS = LayerBackends()

@@ -7,8 +7,9 @@ around the GEMMs: RMSNorm, rotary embeddings, SwiGLU, routing softmax/top-k and 
 
 from __future__ import annotations
 
-import torch
 from torch import nn
+
+from biomoe.compat.torch import checkpoint_wrapped
 
 
 def apply_compile(model: nn.Module, **compile_kwargs) -> nn.Module:
@@ -24,5 +25,5 @@ def apply_compile(model: nn.Module, **compile_kwargs) -> nn.Module:
     updates (a side effect) and runs the whole block uncompiled. Inside, the eager checkpoint
     calls the compiled block in forward and again in the recomputation, with the RNG replayed."""
     for block in model.blocks:
-        getattr(block, "_checkpoint_wrapped_module", block).compile(**compile_kwargs)
+        checkpoint_wrapped(block).compile(**compile_kwargs)
     return model

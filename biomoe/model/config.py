@@ -1,17 +1,211 @@
-"""Configuration dataclasses.
+"""Configuration dataclasses, and the range checks their fields declare.
 
 One dataclass per concern, all reachable from LightningCLI YAML (jsonargparse reads the type
 hints). Presets live in ``configs/*.yaml``, never as constants in code.
+
+jsonargparse checks *types*; ranges are declared on the fields themselves
+(``hidden_size: int = checked(256, integer(1))``) and checked in ``__post_init__``, so a value
+out of range is one :class:`ConfigError` naming the key a user types
+(``model.config.hidden_size: must be >= 1, got 0``) wherever the dataclass is built. The command
+line runs the same checks on the parsed values before anything is built
+(:mod:`biomoe.training.validation` reads them with :func:`field_checks`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import math
+import numbers
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 from biomoe.errors import ConfigError
 
-__all__ = ["ConfigError", "ModelConfig", "OptimConfig", "check_expert_parallel"]
+__all__ = ["Check", "ConfigError", "ModelConfig", "OptimConfig", "RuntimeConfig", "boolean", "check_expert_parallel",
+           "check_fields", "check_values", "checked", "choice", "either", "field_checks", "folder", "integer",
+           "is_number", "key_error", "optional", "real", "sequence_of", "text"]
+
+Check = Callable[[Any], "str | None"]
+"""A field check: ``None`` when the value is acceptable, else the problem (``"must be > 0, got -1"``)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Check vocabulary
+# ---------------------------------------------------------------------------------------------
+def is_number(value: Any) -> bool:
+    """A real number, and not a bool (``True`` is not a learning rate)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def _bounds(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
+    if lo is not None and hi is not None:
+        return f"in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"
+    if lo is not None:
+        return f"{'>' if lo_open else '>='} {_num(lo)}"
+    return f"{'<' if hi_open else '<='} {_num(hi)}"
+
+
+def real(lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False,
+         optional: bool = False) -> Check:
+    """A finite number within the bounds (``lo_open``: strictly above ``lo``)."""
+    def check(value: Any) -> str | None:
+        if value is None and optional:
+            return None
+        if not is_number(value):
+            return f"must be a number, got {value!r}"
+        if not math.isfinite(value):
+            return f"must be a finite number, got {value}"
+        if (lo is not None and (value < lo or (lo_open and value == lo))) or \
+                (hi is not None and (value > hi or (hi_open and value == hi))):
+            return f"must be {_bounds(lo, hi, lo_open, hi_open)}, got {value!r}"
+        return None
+    return check
+
+
+def integer(lo: int | None = None, hi: int | None = None, optional: bool = False) -> Check:
+    def check(value: Any) -> str | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            return f"must be an integer, got {value!r}"
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            return f"must be {_bounds(lo, hi, False, False)}, got {value}"
+        return None
+    return check
+
+
+def boolean(optional: bool = False) -> Check:
+    def check(value: Any) -> str | None:
+        if (value is None and optional) or isinstance(value, bool):
+            return None
+        return f"must be true or false, got {value!r}"
+    return check
+
+
+def choice(*values: Any) -> Check:
+    def check(value: Any) -> str | None:
+        if value in values:
+            return None
+        shown = ", ".join("null" if v is None else str(v) for v in values)
+        return f"{value!r} is not one of {shown}"
+    return check
+
+
+def text(optional: bool = False) -> Check:
+    def check(value: Any) -> str | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            return f"must be a non-empty text, got {value!r}"
+        return None
+    return check
+
+
+def either(*checks: Check) -> Check:
+    """Passes if any check passes; otherwise the problems of all, joined by 'or'."""
+    def check(value: Any) -> str | None:
+        problems = [c(value) for c in checks]
+        if any(p is None for p in problems):
+            return None
+        return " or ".join(dict.fromkeys(problems))
+    return check
+
+
+def sequence_of(item: Check, length: int | None = None, min_length: int = 0, optional: bool = False,
+                unique: bool = False) -> Check:
+    def check(value: Any) -> str | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            return f"must be a list, got {value!r}"
+        if length is not None and len(value) != length:
+            return f"must have {length} values, got {len(value)}"
+        if len(value) < min_length:
+            return "must not be empty" if min_length == 1 else f"must have at least {min_length} values"
+        for i, element in enumerate(value):
+            problem = item(element)
+            if problem:
+                return f"[{i}] {problem}"
+        if unique and len(set(map(str, value))) != len(value):
+            repeated = next(v for i, v in enumerate(value) if v in value[:i])
+            return f"lists {repeated!r} twice"
+        return None
+    return check
+
+
+def optional(check: Check) -> Check:
+    """``check``, or None."""
+    return lambda value: None if value is None else check(value)
+
+
+def folder(optional: bool = True) -> Check:
+    """A folder to write into: anything but an existing file."""
+    def check(value: Any) -> str | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, (str, os.PathLike)) or not os.fspath(value).strip():
+            return f"must be a folder path, got {value!r}"
+        if os.path.exists(value) and not os.path.isdir(value):
+            return f"{os.fspath(value)} exists and is not a folder"
+        return None
+    return check
+
+
+# ---------------------------------------------------------------------------------------------
+# Checked fields
+# ---------------------------------------------------------------------------------------------
+def checked(default: Any, check: Check) -> Any:
+    """A dataclass field with ``default`` whose value must pass ``check`` (run by :func:`check_fields`)."""
+    return field(default=default, metadata={"check": check})
+
+
+def field_checks(cls: type) -> dict[str, Check]:
+    """Field name -> check, in field order, for the fields of dataclass ``cls`` that declare one."""
+    return {f.name: f.metadata["check"] for f in fields(cls) if "check" in f.metadata}
+
+
+def key_error(key: str, problem: str) -> ConfigError:
+    """``model.optim.betas`` + ``[0] must be ...`` -> ``model.optim.betas[0]: must be ...``."""
+    while (match := re.match(r"^(\[[^\]]*\]) (.*)$", problem)):
+        key, problem = key + match.group(1), match.group(2)
+    return ConfigError(f"{key}: {problem}")
+
+
+def check_values(prefix: str, checks: Mapping[str, Check], values: Mapping[str, Any]) -> None:
+    """Raise :func:`key_error` ``<prefix>.<name>: <problem>`` for the first of ``values`` (in the
+    order of ``checks``) that fails its check; names without a check, or not given, are skipped."""
+    for name, check in checks.items():
+        if name in values:
+            problem = check(values[name])
+            if problem:
+                raise key_error(f"{prefix}.{name}", problem)
+
+
+def check_fields(config: Any) -> None:
+    """Check every field of a config dataclass that declares a check; keys are named with the
+    dataclass's ``key_prefix`` (where users set it: ``model.config``, ``data``)."""
+    values = {f.name: getattr(config, f.name) for f in fields(config)}
+    check_values(config.key_prefix, field_checks(type(config)), values)
+
+
+def _precision_name(value: Any) -> str | None:
+    from biomoe.precisions import parse_precision  # TE-free name table
+
+    try:
+        parse_precision(value)
+    except (ConfigError, ValueError) as exc:
+        return str(exc).split(": ", 1)[-1]
+    return None
+
+
+_POSITIVE = integer(1)
+_FRACTION = real(0.0, 1.0)
 
 
 @dataclass
@@ -23,43 +217,45 @@ class ModelConfig:
     ``ffn_hidden_size * top_k`` so a dense block has the same active parameters as an MoE block).
     """
 
-    vocab_size: int = 64
+    key_prefix: ClassVar[str] = "model.config"
+
+    vocab_size: int = checked(64, _POSITIVE)
     """Rows of the embedding table and LM head: at least the tokenizer's padded vocabulary (64)."""
-    hidden_size: int = 256
+    hidden_size: int = checked(256, _POSITIVE)
     """Width of the residual stream (the embedding size)."""
-    num_layers: int = 4
+    num_layers: int = checked(4, _POSITIVE)
     """Number of transformer blocks."""
-    num_heads: int = 8
+    num_heads: int = checked(8, _POSITIVE)
     """Attention (query) heads per block; must divide ``hidden_size``."""
-    num_kv_heads: int = 4
+    num_kv_heads: int = checked(4, _POSITIVE)
     """Key/value heads (grouped-query attention); must divide ``num_heads``."""
-    num_experts: int = 8
+    num_experts: int = checked(8, _POSITIVE)
     """Experts in each MoE block."""
-    top_k: int = 2
+    top_k: int = checked(2, _POSITIVE)
     """Experts each token is routed to."""
-    ffn_hidden_size: int = 512
+    ffn_hidden_size: int = checked(512, _POSITIVE)
     """Hidden width of each expert's SwiGLU MLP."""
-    dense_ffn_hidden_size: int | None = None
+    dense_ffn_hidden_size: int | None = checked(None, integer(1, optional=True))
     """Hidden width of the MLP of dense (non-MoE) blocks; None = ``ffn_hidden_size * top_k``."""
-    moe_layers: list[int] | None = None
+    moe_layers: list[int] | None = checked(None, sequence_of(integer(0), optional=True))
     """Block indices whose MLP is a mixture of experts; None = every block, [] = a dense model."""
-    norm_eps: float = 1e-5
+    norm_eps: float = checked(1e-5, real(0.0, 1.0, lo_open=True))
     """Epsilon of the RMSNorm layers."""
-    rope_theta: float = 10000.0
+    rope_theta: float = checked(10000.0, real(0.0, lo_open=True))
     """Base of the rotary position embedding's frequencies (larger = slower rotation, longer range)."""
-    aux_loss_coef: float = 0.01
+    aux_loss_coef: float = checked(0.01, real(0.0))
     """Weight of the router load-balancing loss (Switch/Mixtral style) in the training loss."""
-    z_loss_coef: float = 0.001
+    z_loss_coef: float = checked(0.001, real(0.0))
     """Weight of the router z-loss (keeps router logits small, ST-MoE) in the training loss."""
-    router_bias_update_rate: float = 0.0
+    router_bias_update_rate: float = checked(0.0, real(0.0))
     """> 0 enables auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias added to the
     routing scores for expert *selection only*, nudged by this rate after every optimizer step."""
-    init_std: float = 0.02
+    init_std: float = checked(0.02, real(0.0, lo_open=True))
     """Standard deviation of the normal weight initialisation (output projections are scaled down
     with depth)."""
-    tie_embeddings: bool = False
+    tie_embeddings: bool = checked(False, boolean())
     """Share one matrix between the token embedding and the LM head."""
-    dropout: float = 0.0
+    dropout: float = checked(0.0, real(0.0, 1.0, hi_open=True))
     """Residual dropout on each block's attention and MLP outputs (training only). A regulariser
     for small genomes, where a model sees every base many times and starts to memorise."""
 
@@ -81,12 +277,9 @@ class ModelConfig:
         return self.dense_ffn_hidden_size or self.ffn_hidden_size * self.top_k
 
     def validate(self) -> None:
-        """Fail early with one actionable line instead of a shape error deep in a forward pass."""
-        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                    "num_experts", "top_k", "ffn_hidden_size")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"model.config.{name} must be positive, got {getattr(self, name)}")
+        """Fail early with one actionable line instead of a shape error deep in a forward pass:
+        each field's range, then the fields that must fit together."""
+        check_fields(self)
         if self.top_k > self.num_experts:
             raise ConfigError(
                 f"model.config.top_k={self.top_k} is larger than model.config.num_experts={self.num_experts}")
@@ -101,10 +294,6 @@ class ModelConfig:
         for layer in self.moe_layer_ids:
             if not 0 <= layer < self.num_layers:
                 raise ConfigError(f"model.config.moe_layers contains {layer}, outside 0..{self.num_layers - 1}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.config.dropout={self.dropout} must be in [0, 1)")
-        if self.aux_loss_coef < 0 or self.z_loss_coef < 0:
-            raise ConfigError("model.config.aux_loss_coef and model.config.z_loss_coef must be >= 0")
 
     def active_params_per_token(self) -> int:
         """Parameters touched per token (embedding lookup excluded, LM head included): the N in 6·N·tokens."""
@@ -149,24 +338,26 @@ def check_expert_parallel(num_experts: int, expert_parallel_size: int, world_siz
 class OptimConfig:
     """AdamW with decoupled weight decay groups and linear warm-up then cosine decay."""
 
-    lr: float = 1e-3
-    """Peak learning rate, reached at the end of the warm-up."""
-    min_lr_ratio: float = 0.1
+    key_prefix: ClassVar[str] = "model.optim"
+
+    lr: float = checked(1e-3, real(0.0))
+    """Peak learning rate, reached at the end of the warm-up (0 leaves the weights as they are)."""
+    min_lr_ratio: float = checked(0.1, _FRACTION)
     """Learning rate at the end of the cosine decay, as a fraction of ``lr``."""
-    weight_decay: float = 0.1
+    weight_decay: float = checked(0.1, real(0.0))
     """Decoupled weight decay of the weight matrices (1-D parameters such as norms, and the
     token embedding, get none)."""
-    betas: tuple[float, float] = (0.9, 0.95)
+    betas: tuple[float, float] = checked((0.9, 0.95), sequence_of(real(0.0, 1.0, hi_open=True), length=2))
     """AdamW's moment decay rates (beta1, beta2)."""
-    eps: float = 1e-8
+    eps: float = checked(1e-8, real(0.0, lo_open=True))
     """AdamW's epsilon (added to the root of the second moment)."""
-    warmup_steps: int = 100
+    warmup_steps: int = checked(100, integer(0))
     """Optimizer steps of linear warm-up from 0 to ``lr``."""
-    max_steps: int | None = None
+    max_steps: int | None = checked(None, integer(1, optional=True))
     """Length of the cosine schedule; defaults to the trainer's estimated stepping batches."""
-    fused: bool | None = None
+    fused: bool | None = checked(None, boolean(optional=True))
     """Fused AdamW kernel; None = on for CUDA, off otherwise."""
-    master_weights: bool | None = None
+    master_weights: bool | None = checked(None, boolean(optional=True))
     """Keep fp32 master copies of the weights in the optimizer. None = whenever the parameters are
     stored in lower precision (``trainer.precision: bf16-true``): the model then computes with bf16
     weights, and the update is applied to fp32 copies, so small updates are not rounded away."""
@@ -175,9 +366,12 @@ class OptimConfig:
     (one kernel reads the bf16 gradient and writes the fp32 master, both moments and the bf16
     weight), ``torch`` = biomoe's AdamW on torch's fused kernels (also the CPU path), ``auto`` = te
     when the parameters are on a CUDA device and Transformer Engine is installed."""
-    moment_dtype: str = "fp32"
+    moment_dtype: str = checked("fp32", choice("fp32", "bf16"))
     """dtype of AdamW's two moments when master weights are kept: ``fp32`` or ``bf16`` (half their
     memory and optimizer-step traffic, TE backend only; the master weights stay fp32)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)  # backend names are checked where the optimizer is chosen
 
 
 BACKEND_CHOICES: tuple[str, ...] = ("auto", "torch", "te")
@@ -194,14 +388,17 @@ class RuntimeConfig:
     other, so validate/score/export may run a model differently from how it was trained.
     """
 
-    precision: str = "bf16"
+    key_prefix: ClassVar[str] = "model.runtime"
+
+    precision: str = checked("bf16", _precision_name)
     """bf16 | fp8-delayed | fp8-current | fp8-block | mxfp8 | nvfp4: the Transformer Engine recipe
     entered around the forward. Checked against the GPU at start-up (MXFP8/NVFP4 need Blackwell)."""
-    precision_fallback: str | None = None
+    precision_fallback: str | None = checked(None, optional(_precision_name))
     """Precision to use (logged) if ``precision`` cannot run on this GPU; None = fail at start-up."""
     expert_backend: str = "auto"
     """loop | grouped | te | te_fused | auto: how the experts compute (te* need Transformer Engine
-    and a GPU; auto = the fastest measured choice for the device and precision)."""
+    and a GPU; auto = the fastest measured choice for the device and precision). Any name in the
+    expert-backend registry (:data:`biomoe.model.moe.experts.EXPERT_BACKENDS`) is accepted."""
     attention_backend: str = "auto"
     """auto | torch | te (TE DotProductAttention); auto = TE where usable."""
     norm_backend: str = "auto"
@@ -210,12 +407,13 @@ class RuntimeConfig:
     """auto | torch | te (TE fused top-k router and aux loss); auto = TE where usable."""
     dispatch_backend: str = "auto"
     """auto | torch | te (TE moe_permute/unpermute); auto = TE where usable."""
-    compile: bool = False
+    compile: bool = checked(False, boolean())
     """Run each block through ``torch.compile``: fuses the memory-bound work around the GEMMs
     (norms, rotary, SwiGLU, routing) at the price of compile time in the first steps. Transformer
-    Engine calls stay eager (the compiler works around them). Worth it for wide models (hidden 4096:
-    5-7 % faster on an H200); small ones whose step is bound by the host get slower."""
-    activation_checkpointing: bool = False
+    Engine calls stay eager (the compiler works around them). Worth it for wide models (hidden 4096
+    measured faster on an H200; see docs/benchmarks.md); small ones whose step is bound by the host
+    get slower."""
+    activation_checkpointing: bool = checked(False, boolean())
     """Recompute each block in backward: long contexts (hundreds of kilobases on one GPU) for about
     a third more compute."""
 
@@ -225,6 +423,7 @@ class RuntimeConfig:
     def validate(self) -> None:
         from biomoe.precisions import parse_precision  # TE-free name table
 
+        check_fields(self)
         self.precision = parse_precision(self.precision, key="model.runtime.precision")
         if self.precision_fallback is not None:
             self.precision_fallback = parse_precision(self.precision_fallback,

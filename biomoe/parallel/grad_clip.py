@@ -45,8 +45,8 @@ def global_grad_norm(parameters: Iterable[Tensor], group: dist.ProcessGroup | No
 
     Per-shard norms come from ``torch._foreach_norm`` (:mod:`biomoe.compat.torch`) (a few fused kernels, as
     ``torch.nn.utils.clip_grad_norm_`` does); the per-parameter ``pow(2).sum()`` loop it replaces
-    took 73 ms of CUDA time per step on a 2-layer Mixtral shape on one H200 (profiler tables in
-    results/scaling/mixtral-1gpu-strategy-overhead)."""
+    was a large share of the step's CUDA time on a 2-layer Mixtral shape on one H200 (figures and
+    command: docs/benchmarks.md, "Figures behind decisions in the code")."""
     grads = [p.grad for p in parameters if p.grad is not None]
     world = dist.get_world_size(group) if dist.is_initialized() else 1
     if not grads:

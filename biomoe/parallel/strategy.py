@@ -28,11 +28,11 @@ from typing import Any, Literal
 
 import torch
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.strategies.parallel import ParallelStrategy
 from torch.optim import Optimizer
 
+from biomoe.compat.lightning import set_device_mesh, setup_distributed
 from biomoe.files import swap_in_directory
 from biomoe.parallel.grad_clip import clip_grad_norm_, clip_grad_value_
 from biomoe.parallel.mesh import ParallelDims, ParallelMeshes, build_meshes
@@ -87,13 +87,12 @@ class ExpertParallelStrategy(ModelParallelStrategy):
 
     def setup_environment(self) -> None:
         ParallelStrategy.setup_environment(self)
-        self._setup_distributed()
+        setup_distributed(self)
         dims = ParallelDims.from_world(self.world_size, self.expert_parallel_size,
                                        self.data_parallel_replicate_size, self.data_parallel_shard_size)
         self._meshes = build_meshes(dims, self.root_device.type)
-        self._device_mesh = self._meshes.root
         assert self.lightning_module is not None
-        self.lightning_module._device_mesh = self._device_mesh
+        set_device_mesh(self, self._meshes.root)
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
@@ -129,7 +128,7 @@ class ExpertParallelStrategy(ModelParallelStrategy):
         return clip_grad_norm_(params, float(clip_val))
 
     # -------------------------------------------------------------------------- checkpoints
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH,
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str | Path,
                         storage_options: Any | None = None) -> None:
         """Write the distributed checkpoint next to ``filepath`` and swap it in when complete,
         so an interrupted save never destroys the previous checkpoint of that name."""
@@ -146,7 +145,7 @@ class ExpertParallelStrategy(ModelParallelStrategy):
             swap_in_directory(tmp, final)
         self.barrier()
 
-    def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> dict[str, Any]:
+    def load_checkpoint(self, checkpoint_path: str | Path, weights_only: bool | None = None) -> dict[str, Any]:
         """As the parent, but an unset ``weights_only`` means False, as Lightning's single-file
         loader does: ``meta.pt`` holds the hyper-parameters (config dataclasses), which torch's
         weights-only unpickler refuses. Pass ``weights_only=True`` for untrusted checkpoints."""

@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from biomoe.compat.torch import foreach_norm
+from biomoe.compat.torch import foreach_norm, step_supports_amp_scaling
 
 __all__ = ["NonFiniteError", "NonFiniteGuard", "RouterCollapseMonitor"]
 
@@ -233,7 +233,7 @@ def nonfinite_per_tensor(tensors: list[Tensor]) -> Tensor | None:
 def _skips_on_device(trainer: L.Trainer, optimizer: torch.optim.Optimizer) -> bool:
     """The optimizer reads ``found_inf`` and skips its update when it is 1 (torch's fused kernels),
     and no GradScaler owns that attribute (fp16 mixed precision sets it itself)."""
-    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+    if not step_supports_amp_scaling(optimizer):
         return False
     if "grad_scaler" in inspect.signature(optimizer.step).parameters:
         return False  # the older protocol: the optimizer asks a GradScaler object instead

@@ -12,7 +12,8 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from biomoe.build import BuiltModel, build_model
-from biomoe.compat.lightning import logs_this_step
+from biomoe.compat.lightning import attached_trainer, logs_this_step
+from biomoe.compat.torch import step_supports_amp_scaling
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig, RuntimeConfig
 from biomoe.model.losses import LN2, masked_cross_entropy_rows, masked_cross_entropy_sum, per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
@@ -61,7 +62,8 @@ class BioMoEModule(L.LightningModule):
             return
         from lightning.pytorch.utilities import rank_zero_info
 
-        strategy = self._trainer.strategy if self._trainer is not None else None
+        trainer = attached_trainer(self)  # None outside a Trainer (``self.trainer`` would raise)
+        strategy = trainer.strategy if trainer is not None else None
         device = strategy.root_device if strategy is not None else self.device
         # A strategy that shards (expert parallel + FSDP2) hands over its layout; the model is
         # then built, split and sharded in one place before weights are materialised.
@@ -69,7 +71,7 @@ class BioMoEModule(L.LightningModule):
         self.built = build_model(self.config, self.runtime, device,
                                  plan=plan_for() if plan_for is not None else None,
                                  announce=rank_zero_info,
-                                 trainer_precision=str(self._trainer.precision) if self._trainer is not None else None,
+                                 trainer_precision=str(trainer.precision) if trainer is not None else None,
                                  model=self.model)
         self.model = self.built.model
 
@@ -267,7 +269,7 @@ class BioMoEModule(L.LightningModule):
 
 def _clips_itself(trainer: Any, optimizer: Any, clip_val: float | None) -> bool:
     """True when a fused optimizer runs without a GradScaler, so we clip instead of Lightning."""
-    if not clip_val or not getattr(optimizer, "_step_supports_amp_scaling", False):
+    if not clip_val or not step_supports_amp_scaling(optimizer):
         return False
     return getattr(trainer.precision_plugin, "scaler", None) is None
 

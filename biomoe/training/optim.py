@@ -103,7 +103,7 @@ def master_weight_adamw(groups: list[dict[str, Any]], *, lr: float, betas: tuple
     """The AdamW that keeps fp32 master weights: TE's fused kernel on a CUDA device where it is
     installed (``backend`` auto or te), else :class:`AdamWWithMasterWeights`.
 
-    Raises :class:`ConfigError` for a choice this machine cannot run, rather than silently
+    Raises :class:`~biomoe.errors.ConfigError` for a choice this machine cannot run, rather than silently
     falling back (``backend: te`` without TE or CUDA, bf16 moments on the torch path).
     """
     from biomoe.backends.te.availability import te_installed, te_usable

@@ -2,7 +2,7 @@
 the progress bar, and biomoe's own callbacks and metric history.
 
 Each function does one thing and is safe to call on a Trainer built elsewhere; the CLI calls them
-in :meth:`~biomoe.cli.main.BioMoECLI.instantiate_classes` and ``instantiate_trainer``.
+in :meth:`~biomoe.cli.lightning_cli.BioMoECLI.instantiate_classes` and ``instantiate_trainer``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import RichProgressBar
 
+from biomoe.compat.lightning import attached_trainer
 from biomoe.errors import ConfigError
 
 __all__ = ["StepProgressBar", "check_logger_packages", "install_per_genome_metrics", "install_progress_bar",
@@ -104,7 +105,7 @@ class StepProgressBar(RichProgressBar):
     """
 
     def _get_train_description(self, current_epoch: int) -> str:
-        trainer = getattr(self, "_trainer", None)
+        trainer = attached_trainer(self)
         if trainer is not None and trainer.max_epochs is not None and trainer.max_epochs < 0:
             description = f"Epoch {current_epoch}"
             if len(self.validation_description) > len(description):

@@ -5,10 +5,16 @@ it cannot know are *ranges*: a negative learning rate, ``betas`` above 1, ``max_
 ``devices 0`` or a negative ``init_std`` parse fine and then fail deep inside torch or Lightning
 with a traceback, or, worse, are accepted and train something meaningless (a negative weight
 decay, a negative warm-up). :func:`validate_config` walks the parsed configuration of
-``fit``/``validate``/``test``/``predict`` against :data:`RULES` (model, optim, runtime, data,
-the trainer arguments biomoe's configs use) and :data:`CLASS_RULES` (the init args of callbacks,
-loggers and strategies, by class) and raises one :class:`~biomoe.model.config.ConfigError`
-``<key>: <problem>`` for the first value out of range.
+``fit``/``validate``/``test``/``predict`` against :data:`RULES` and :data:`CLASS_RULES` (the init
+args of callbacks, loggers and strategies, by class) and raises one
+:class:`~biomoe.model.config.ConfigError` ``<key>: <problem>`` for the first value out of range.
+
+The ranges of ``model.config``, ``model.optim``, ``model.runtime`` and ``data`` are declared on
+their dataclasses (:class:`~biomoe.model.config.ModelConfig`, :class:`~biomoe.data.config.DataConfig`,
+...), which check them whenever they are built; :data:`RULES` runs those same checks on the parsed
+values, so that the first bad value of any section is reported before anything is built. What is
+written here is what no dataclass holds: Lightning's ``trainer.*`` arguments, the seed, the
+backend names, and the command line's own refusals (a learning rate of 0, ``max_steps 0``).
 
 :func:`check_config_files` does the same for the ``--config`` files themselves before
 jsonargparse reads them: a binary file, a YAML syntax error or a YAML list is one line naming the
@@ -17,157 +23,26 @@ file (and line), not a ``UnicodeDecodeError`` or a message without a file name.
 
 from __future__ import annotations
 
-import math
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from biomoe.data.config import DataConfig
 from biomoe.errors import GenomeInputError
 from biomoe.files import decode_user_text
-from biomoe.model.config import ConfigError
+from biomoe.model.config import (BACKEND_CHOICES, LAYER_BACKEND_FIELDS, Check, ConfigError, ModelConfig, OptimConfig,
+                                 RuntimeConfig, boolean, choice, either, field_checks, folder, integer, is_number,
+                                 key_error, real, text)
 
 __all__ = ["RULES", "CLASS_RULES", "FREE_FORM", "validate_config", "check_config_files", "config_file_args"]
-
-Check = Callable[[Any], "str | None"]
-"""A rule: ``None`` when the value is acceptable, else the problem (``"must be > 0, got -1"``)."""
 
 _MISSING = object()
 
 
 # ---------------------------------------------------------------------------------------------
-# Rule vocabulary
+# Checks of what no dataclass holds (the vocabulary is biomoe.model.config's)
 # ---------------------------------------------------------------------------------------------
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _num(x: float) -> str:
-    return str(x) if isinstance(x, int) else f"{x:g}"
-
-
-def _bounds(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
-    if lo is not None and hi is not None:
-        return f"in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"
-    if lo is not None:
-        return f"{'>' if lo_open else '>='} {_num(lo)}"
-    return f"{'<' if hi_open else '<='} {_num(hi)}"
-
-
-def real(lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False,
-         optional: bool = False) -> Check:
-    """A finite number within the bounds (``lo_open``: strictly above ``lo``)."""
-    def check(value: Any) -> str | None:
-        if value is None and optional:
-            return None
-        if not _is_number(value):
-            return f"must be a number, got {value!r}"
-        if not math.isfinite(value):
-            return f"must be a finite number, got {value}"
-        if (lo is not None and (value < lo or (lo_open and value == lo))) or \
-                (hi is not None and (value > hi or (hi_open and value == hi))):
-            return f"must be {_bounds(lo, hi, lo_open, hi_open)}, got {value!r}"
-        return None
-    return check
-
-
-def integer(lo: int | None = None, hi: int | None = None, optional: bool = False) -> Check:
-    def check(value: Any) -> str | None:
-        if value is None and optional:
-            return None
-        if not isinstance(value, int) or isinstance(value, bool):
-            return f"must be an integer, got {value!r}"
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            return f"must be {_bounds(lo, hi, False, False)}, got {value}"
-        return None
-    return check
-
-
-def boolean(optional: bool = False) -> Check:
-    def check(value: Any) -> str | None:
-        if (value is None and optional) or isinstance(value, bool):
-            return None
-        return f"must be true or false, got {value!r}"
-    return check
-
-
-def choice(*values: Any) -> Check:
-    def check(value: Any) -> str | None:
-        if value in values:
-            return None
-        shown = ", ".join("null" if v is None else str(v) for v in values)
-        return f"{value!r} is not one of {shown}"
-    return check
-
-
-def text(optional: bool = False) -> Check:
-    def check(value: Any) -> str | None:
-        if value is None and optional:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            return f"must be a non-empty text, got {value!r}"
-        return None
-    return check
-
-
-def either(*checks: Check) -> Check:
-    """Passes if any check passes; otherwise the problems of all, joined by 'or'."""
-    def check(value: Any) -> str | None:
-        problems = [c(value) for c in checks]
-        if any(p is None for p in problems):
-            return None
-        return " or ".join(dict.fromkeys(problems))
-    return check
-
-
-def sequence_of(item: Check, length: int | None = None, min_length: int = 0, optional: bool = False,
-                unique: bool = False) -> Check:
-    def check(value: Any) -> str | None:
-        if value is None and optional:
-            return None
-        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-            return f"must be a list, got {value!r}"
-        if length is not None and len(value) != length:
-            return f"must have {length} values, got {len(value)}"
-        if len(value) < min_length:
-            return "must not be empty" if min_length == 1 else f"must have at least {min_length} values"
-        for i, element in enumerate(value):
-            problem = item(element)
-            if problem:
-                return f"[{i}] {problem}"
-        if unique and len(set(map(str, value))) != len(value):
-            repeated = next(v for i, v in enumerate(value) if v in value[:i])
-            return f"lists {repeated!r} twice"
-        return None
-    return check
-
-
-def folder(optional: bool = True) -> Check:
-    """A folder to write into: anything but an existing file."""
-    def check(value: Any) -> str | None:
-        if value is None and optional:
-            return None
-        if not isinstance(value, (str, os.PathLike)) or not os.fspath(value).strip():
-            return f"must be a folder path, got {value!r}"
-        if os.path.exists(value) and not os.path.isdir(value):
-            return f"{os.fspath(value)} exists and is not a folder"
-        return None
-    return check
-
-
-def _fasta_paths(value: Any) -> str | None:
-    if isinstance(value, (str, os.PathLike)):
-        return None if os.fspath(value).strip() else "no FASTA path given (empty path)"
-    if isinstance(value, Sequence) and not isinstance(value, bytes):
-        if not value:
-            return "no FASTA path given (an empty list)"
-        for i, item in enumerate(value):
-            if not isinstance(item, (str, os.PathLike)) or not os.fspath(item).strip():
-                return f"[{i}] must be a FASTA file or folder path, got {item!r}"
-        return None
-    return f"must be a FASTA path or a list of them, got {value!r}"
-
-
 _DURATION = re.compile(r"^\d+:\d{1,2}:\d{1,2}:\d{1,2}$")
 
 
@@ -226,7 +101,7 @@ def _batches(value: Any) -> str | None:
     """``limit_*_batches``: a count >= 0 or a fraction in [0, 1]."""
     if value is None:
         return None
-    if isinstance(value, bool) or not _is_number(value):
+    if isinstance(value, bool) or not is_number(value):
         return f"must be a count or a fraction, got {value!r}"
     if isinstance(value, int):
         return None if value >= 0 else f"must be >= 0 batches, got {value}"
@@ -238,7 +113,7 @@ def _batches(value: Any) -> str | None:
 def _val_check_interval(value: Any) -> str | None:
     if value is None or isinstance(value, (Mapping, str)) or hasattr(value, "total_seconds"):
         return _duration(value) if isinstance(value, str) else None
-    if isinstance(value, bool) or not _is_number(value):
+    if isinstance(value, bool) or not is_number(value):
         return f"must be a step count, a fraction of an epoch or a duration, got {value!r}"
     if isinstance(value, int):
         return None if value >= 1 else f"a step count must be >= 1, got {value}"
@@ -252,39 +127,11 @@ def _seed(value: Any) -> str | None:
 
 
 def _expert_backend(value: Any) -> str | None:
-    from biomoe.model.moe.experts import known_backends
+    """A name in the expert-backend registry (biomoe's own backends registered), or ``auto``."""
+    from biomoe.backends import expert_backend_choices
 
-    names = list(known_backends())
+    names = expert_backend_choices()
     return None if value in names else f"{value!r} is unknown; choose one of {', '.join(names)}"
-
-
-def _precision_name(value: Any) -> str | None:
-    try:
-        from biomoe.precisions import parse_precision
-    except ImportError:  # older layout: the TE precision table
-        from biomoe.backends.te.precision import parse_precision
-    try:
-        parse_precision(value)
-    except (ConfigError, ValueError) as exc:
-        return str(exc).split(": ", 1)[-1]
-    return None
-
-
-def _weights(value: Any) -> str | None:
-    """Per-file sampling weights: a mapping of file label -> finite weight >= 0."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        return f"must map file names to weights, got {value!r}"
-    for name, weight in value.items():
-        problem = real(0.0)(weight)
-        if problem:
-            return f"[{name}] {problem}"
-    return None
-
-
-def _optional(check: Check) -> Check:
-    return lambda value: None if value is None else check(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,73 +139,32 @@ def _optional(check: Check) -> Check:
 # ---------------------------------------------------------------------------------------------
 _POSITIVE = integer(1)
 _FRACTION = real(0.0, 1.0)
-_BACKEND = choice("auto", "torch", "te")
+_BACKEND = choice(*BACKEND_CHOICES)
+
+
+def _section(config_class: type, **owned_here: Check) -> dict[str, Check]:
+    """``<key_prefix>.<field>`` -> check for every field of a config dataclass, in field order: the
+    check the field declares, or the one given here for a field whose check belongs to the command
+    line (``owned_here``)."""
+    declared = field_checks(config_class)
+    return {f"{config_class.key_prefix}.{name}": owned_here.get(name, declared.get(name))
+            for name in config_class.__dataclass_fields__ if name in owned_here or name in declared}
+
+
+_LAYER_BACKENDS = {name: _BACKEND for name in LAYER_BACKEND_FIELDS}
 
 RULES: dict[str, Check] = {
     "seed_everything": _seed,
     # --- model.config: what the model is
-    "model.config.vocab_size": _POSITIVE,
-    "model.config.hidden_size": _POSITIVE,
-    "model.config.num_layers": _POSITIVE,
-    "model.config.num_heads": _POSITIVE,
-    "model.config.num_kv_heads": _POSITIVE,
-    "model.config.num_experts": _POSITIVE,
-    "model.config.top_k": _POSITIVE,
-    "model.config.ffn_hidden_size": _POSITIVE,
-    "model.config.dense_ffn_hidden_size": integer(1, optional=True),
-    "model.config.moe_layers": sequence_of(integer(0), optional=True),
-    "model.config.norm_eps": real(0.0, 1.0, lo_open=True),
-    "model.config.rope_theta": real(0.0, lo_open=True),
-    "model.config.aux_loss_coef": real(0.0),
-    "model.config.z_loss_coef": real(0.0),
-    "model.config.router_bias_update_rate": real(0.0),
-    "model.config.init_std": real(0.0, lo_open=True),
-    "model.config.tie_embeddings": boolean(),
-    "model.config.dropout": real(0.0, 1.0, hi_open=True),
-    # --- model.optim: AdamW and its schedule
-    "model.optim.lr": real(0.0, lo_open=True),
-    "model.optim.min_lr_ratio": _FRACTION,
-    "model.optim.weight_decay": real(0.0),
-    "model.optim.betas": sequence_of(real(0.0, 1.0, hi_open=True), length=2),
-    "model.optim.eps": real(0.0, lo_open=True),
-    "model.optim.warmup_steps": integer(0),
-    "model.optim.max_steps": integer(1, optional=True),
-    "model.optim.fused": boolean(optional=True),
-    "model.optim.master_weights": boolean(optional=True),
-    "model.optim.backend": _BACKEND,
-    "model.optim.moment_dtype": choice("fp32", "bf16"),
+    **_section(ModelConfig),
+    # --- model.optim: AdamW and its schedule. A learning rate of 0 (allowed in Python: the weights
+    # stay as they are) trains nothing, so the command line refuses it.
+    **_section(OptimConfig, lr=real(0.0, lo_open=True), backend=_BACKEND),
     # --- model.runtime: how the model runs
-    "model.runtime.precision": _precision_name,
-    "model.runtime.precision_fallback": _optional(_precision_name),
-    "model.runtime.expert_backend": _expert_backend,
-    "model.runtime.attention_backend": _BACKEND,
-    "model.runtime.norm_backend": _BACKEND,
-    "model.runtime.router_backend": _BACKEND,
-    "model.runtime.dispatch_backend": _BACKEND,
-    "model.runtime.compile": boolean(),
-    "model.runtime.activation_checkpointing": boolean(),
+    **_section(RuntimeConfig, expert_backend=_expert_backend, **_LAYER_BACKENDS),
     "model.log_expert_load_every_n_steps": integer(0),
     # --- data: the genome and its windows
-    "data.fasta": _fasta_paths,
-    "data.seq_length": _POSITIVE,
-    "data.stride": integer(1, optional=True),
-    "data.batch_size": _POSITIVE,
-    "data.num_workers": integer(0),
-    "data.val_contigs": sequence_of(text(), optional=True, unique=True),
-    "data.val_fraction": real(0.0, 1.0, hi_open=True),
-    "data.max_n_fraction": _FRACTION,
-    "data.rc_prob": _FRACTION,
-    "data.seed": integer(0, 2**32 - 1),
-    "data.fold_lowercase": boolean(),
-    "data.cache_dir": folder(),
-    "data.max_train_windows": integer(1, optional=True),
-    "data.mutation_prob": real(0.0, 1.0, hi_open=True),
-    "data.test_contigs": sequence_of(text(), optional=True, unique=True),
-    "data.test_fraction": real(0.0, 1.0, hi_open=True),
-    "data.val_files": sequence_of(text(), optional=True, unique=True),
-    "data.test_files": sequence_of(text(), optional=True, unique=True),
-    "data.file_weights": _weights,
-    "data.sampling_temperature": real(0.0, lo_open=True),
+    **_section(DataConfig),
     # --- trainer: the arguments biomoe's configs use (and their close relatives)
     "trainer.accelerator": _accelerator,
     "trainer.strategy": _strategy,
@@ -451,13 +257,6 @@ def _class_entries(value: Any, key: str) -> list[tuple[str, Mapping[str, Any]]]:
     return found
 
 
-def _fail(key: str, problem: str) -> ConfigError:
-    """``model.optim.betas`` + ``[0] must be ...`` -> ``model.optim.betas[0]: must be ...``."""
-    while (match := re.match(r"^(\[[^\]]*\]) (.*)$", problem)):
-        key, problem = key + match.group(1), match.group(2)
-    return ConfigError(f"{key}: {problem}")
-
-
 def validate_config(config: Any, subcommand: str = "fit") -> None:
     """Raise one ConfigError ``<key>: <problem>`` for the first out-of-range value in a parsed
     ``fit``/``validate``/``test``/``predict`` configuration (the subcommand's section)."""
@@ -468,7 +267,7 @@ def validate_config(config: Any, subcommand: str = "fit") -> None:
             continue
         problem = check(value)
         if problem:
-            raise _fail(key, problem)
+            raise key_error(key, problem)
     for key in ("trainer.callbacks", "trainer.logger", "trainer.strategy", "trainer.plugins"):
         value = _lookup(config, key)
         if value is _MISSING:
@@ -479,7 +278,7 @@ def validate_config(config: Any, subcommand: str = "fit") -> None:
                 if arg in init_args:
                     problem = check(init_args[arg])
                     if problem:
-                        raise _fail(f"{label}.{arg}", problem)
+                        raise key_error(f"{label}.{arg}", problem)
     if subcommand == "fit":
         _check_fit_combinations(config)
 
@@ -490,7 +289,7 @@ def _check_fit_combinations(config: Mapping[str, Any]) -> None:
     epochs = _lookup(config, "trainer.max_epochs")
     if steps == 0 or (epochs == 0 and steps in (-1, _MISSING, None)):
         key = "trainer.max_steps" if steps == 0 else "trainer.max_epochs"
-        raise _fail(key, "is 0: nothing would be trained (use validate to score a checkpoint)")
+        raise key_error(key, "is 0: nothing would be trained (use validate to score a checkpoint)")
 
 
 # ---------------------------------------------------------------------------------------------

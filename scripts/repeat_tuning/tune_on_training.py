@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from inner_split import INNER_VAL_FRACTION, ROOT, write_training_split  # noqa: E402  (also puts the repo on the path)
 
-from biomoe.genomics.repeat_mix import main  # noqa: E402
+from biomoe.cli.repeat_mix import main  # noqa: E402
 
 rows = []
 with tempfile.TemporaryDirectory() as tmp:

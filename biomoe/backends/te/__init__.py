@@ -9,5 +9,9 @@ suite must work on machines without TE or CUDA. Each submodule has one job:
 - :mod:`dispatch` — token permutation with TE's ``moe_permute`` / ``moe_unpermute``;
 - :mod:`router` — TE's fused top-k router behind the :class:`~biomoe.model.moe.router.TopKRouter` API;
 - :mod:`layers` — TE RMSNorm and DotProductAttention swapped in without changing state_dict keys;
-- :mod:`runtime` — applies all of the above to a model at start-up and logs what ran.
+- :mod:`optim` — TE's ``FusedAdam`` as the fp32-master-weight AdamW on a CUDA device (the one
+  submodule that imports TE at import, so it is imported only when that optimizer is used).
+
+Which of these a run uses is chosen once, before the model is built, outside this package
+(:mod:`biomoe.backends`).
 """

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
+TE_LIBRARY = "transformer_engine"
+"""Transformer Engine's name in :attr:`biomoe.model.moe.experts.ExpertBackendQuery.libraries`."""
+
 
 @dataclass(frozen=True)
 class DeviceInfo:

@@ -21,7 +21,9 @@ FP8 needs every expert's row group to be a multiple of the recipe's alignment (1
 block FP8, 32 MXFP8, 128 NVFP4). A TE dispatcher pads already; for any other dispatcher the
 backend pads the groups itself with zero rows and drops them afterwards.
 
-Importing this module never imports TE; the backends do so on first call.
+Importing this module never imports TE; the backends do so on first call. It registers both in
+:data:`~biomoe.model.moe.experts.EXPERT_BACKENDS`, with the checks that say when ``auto`` takes
+them (:func:`te_availability`, :func:`te_fused_availability`); :mod:`biomoe.backends` imports it.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from biomoe.model.moe.experts import ExpertBackend, register_expert_backend, swiglu
-from biomoe.backends.te.availability import DeviceInfo, device_info, te_usable
+from biomoe.model.moe.experts import (Availability, ExpertBackend, ExpertBackendQuery, register_expert_backend,
+                                      resolve_expert_backend, swiglu)
+from biomoe.backends.te.availability import TE_LIBRARY, DeviceInfo, device_info
 from biomoe.backends.te.precision import active_alignment
 from biomoe.compat.transformer_engine import (WEIGHT_TENSORS_HOOK, drop_parameters, forward_op_names, fusers,
                                                set_fuser_parameters)
@@ -168,7 +171,63 @@ class _TEBackendBase(ExpertBackend):
         return padding.unpad(out) if padding is not None else out
 
 
-@register_expert_backend("te")
+# ---------------------------------------------------------- when auto takes a TE backend
+TE_REQUIREMENT = "Transformer Engine and a CUDA GPU (pip install biomoe[te])"
+TE_PRIORITY, TE_FUSED_PRIORITY = 20, 30
+"""Above ``grouped`` (10): where TE runs and is preferred, it is faster.
+
+From measurements on one H200, forward + backward (figures and commands: docs/benchmarks.md,
+"Figures behind decisions in the code"): at Mixtral expert shapes ``torch._grouped_mm`` and TE's
+bf16 grouped GEMMs run at about the same rate, and ``grouped`` needs no host sync, so bf16 →
+``grouped``. TE's FP8 grouped GEMMs (current/delayed) were never slower than bf16 and pull ahead
+at large routed batches, so an FP8 precision → ``te`` (the only way experts compute in FP8 at
+all); on Hopper the ``te.ops`` path (``te_fused``, unfused there) measured faster end to end than
+``te`` for all three FP8 recipes on mixtral-2layer, so Hopper + FP8 → ``te_fused``. On
+Blackwell with MXFP8/NVFP4 the ops path fuses into one kernel → ``te_fused``. Without CUDA or
+TE → ``grouped`` (which itself falls back to the loop where ``_grouped_mm`` cannot run).
+"""
+
+
+def _te_refusal(query: ExpertBackendQuery) -> Availability | None:
+    """Why neither TE backend is auto's choice here, or None when an FP8/FP4 recipe runs on TE."""
+    if query.capability is None:
+        return Availability.no("no CUDA device")
+    if TE_LIBRARY not in query.libraries:
+        return Availability.no("Transformer Engine not installed")
+    if query.precision == "bf16":
+        return Availability.not_preferred("bf16: torch._grouped_mm matches TE bf16 (~650 TFLOP/s on H200) "
+                                          "without a host sync")
+    return None
+
+
+def te_availability(query: ExpertBackendQuery) -> Availability:
+    """``te``: every FP8/FP4 recipe where ``te_fused`` is not the faster choice."""
+    refusal = _te_refusal(query)
+    if refusal is not None:
+        return refusal
+    return Availability.yes(f"{query.precision}: TE FP8 grouped GEMMs (~660-1000 TFLOP/s on H200 vs ~650 bf16)")
+
+
+def te_fused_availability(query: ExpertBackendQuery) -> Availability:
+    """``te_fused``: Blackwell with MXFP8/NVFP4 (one fused kernel), and Hopper under any FP8 recipe."""
+    refusal = _te_refusal(query)
+    if refusal is not None:
+        return refusal
+    major, minor = query.capability
+    fusable = (major == FUSED_MLP_CAPABILITY_MAJOR and query.precision in ("mxfp8", "nvfp4")
+               and query.hidden_size % 64 == 0 and query.ffn_hidden_size % 64 == 0)
+    if fusable:
+        return Availability.yes(f"{query.precision} on sm_{major}{minor}: fused GroupedMLP kernel")
+    if major == 9:
+        return Availability.yes(f"{query.precision} on Hopper: te.ops grouped MLP (unfused) measured fastest "
+                                "(make bench, mixtral-2layer, H200: 71.5k/74.6k/75.7k tokens/s vs te's "
+                                "67.6k/73.3k/74.1k for fp8-current/block/delayed)")
+    return Availability.not_preferred(f"{query.precision} on sm_{major}{minor}: te.ops does not fuse the "
+                                      "grouped MLP here")
+
+
+@register_expert_backend("te", priority=TE_PRIORITY, available=te_availability, requires=TE_REQUIREMENT,
+                         uses_precision_recipe=True)
 class TEGroupedLinearBackend(_TEBackendBase):
     """Two ``te.GroupedLinear`` (gate-up, down) with a torch SwiGLU between them."""
 
@@ -187,7 +246,8 @@ class TEGroupedLinearBackend(_TEBackendBase):
         return self.fc2(hidden, m_splits, down)
 
 
-@register_expert_backend("te_fused")
+@register_expert_backend("te_fused", priority=TE_FUSED_PRIORITY, available=te_fused_availability,
+                         requires=TE_REQUIREMENT, uses_precision_recipe=True)
 class TEFusedMLPBackend(_TEBackendBase):
     """``te.ops.Sequential(GroupedLinear, ScaledSwiGLU, GroupedLinear)``; routing weights inside."""
 
@@ -288,30 +348,11 @@ class TEFusedMLPBackend(_TEBackendBase):
 # ------------------------------------------------------------------------------- backend: auto
 def choose_expert_backend(info: DeviceInfo | None, te_available: bool, precision: str,
                           hidden: int, ffn: int) -> tuple[str, str]:
-    """Pick the expert backend for this device and precision; returns (name, reason).
+    """What ``expert_backend: auto`` resolves to for this device and precision: (name, reason).
 
-    From measurements on one H200 (forward + backward): at Mixtral expert shapes
-    ``torch._grouped_mm`` and TE bf16 grouped GEMMs both reach ≈650 TFLOP/s, and ``grouped`` needs
-    no host sync, so bf16 → ``grouped``. TE FP8 (current/delayed) reaches ≈1000 TFLOP/s at 32k
-    routed rows and ≈660–740 at 8k rows — never slower than bf16 — so an FP8 precision → ``te``
-    (the only way experts compute in FP8 at all); on Hopper the ``te.ops`` path (``te_fused``,
-    unfused there) measured faster end to end than ``te`` for all three FP8 recipes in ``make bench``
-    on mixtral-2layer (results/bench/bench.md), so Hopper + FP8 → ``te_fused``. On Blackwell with MXFP8/NVFP4 the ops path
-    fuses into one kernel → ``te_fused``. Without CUDA or TE → ``grouped`` (which itself falls
-    back to the loop where ``_grouped_mm`` cannot run).
+    The registry decides (:func:`~biomoe.model.moe.experts.resolve_expert_backend`, by priority
+    over each backend's availability check); this only describes the device as its query.
     """
-    if info is None:
-        return "grouped", "no CUDA device"
-    if not te_available:
-        return "grouped", "Transformer Engine not installed"
-    if precision == "bf16":
-        return "grouped", "bf16: torch._grouped_mm matches TE bf16 (~650 TFLOP/s on H200) without a host sync"
-    fusable = (info.capability[0] == FUSED_MLP_CAPABILITY_MAJOR and precision in ("mxfp8", "nvfp4")
-               and hidden % 64 == 0 and ffn % 64 == 0)
-    if fusable:
-        return "te_fused", f"{precision} on sm_{info.capability[0]}{info.capability[1]}: fused GroupedMLP kernel"
-    if info.capability[0] == 9:
-        return "te_fused", (f"{precision} on Hopper: te.ops grouped MLP (unfused) measured fastest "
-                            "(make bench, mixtral-2layer, H200: 71.5k/74.6k/75.7k tokens/s vs te's "
-                            "67.6k/73.3k/74.1k for fp8-current/block/delayed)")
-    return "te", f"{precision}: TE FP8 grouped GEMMs (~660-1000 TFLOP/s on H200 vs ~650 bf16)"
+    from biomoe.backends.select import expert_query
+
+    return resolve_expert_backend("auto", expert_query(info, te_available, precision, hidden, ffn))

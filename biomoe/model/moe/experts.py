@@ -1,4 +1,4 @@
-"""SwiGLU experts with one weight layout, and the backends that compute them.
+"""SwiGLU experts with one weight layout, and the registry of backends that compute them.
 
 Weights are stacked 3-D parameters in the ``nn.Linear`` convention:
 ``gate_up_proj [E, 2F, H]`` (gate rows first, then up rows) and ``down_proj [E, H, F]`` — the
@@ -7,23 +7,32 @@ parameters, so a checkpoint written with one backend loads under every other, an
 Hugging Face is a renaming.
 
 A backend is a callable ``(rows, tokens_per_expert, gate_up, down, probs) -> rows`` over tokens
-already grouped by expert. New backends (Transformer Engine, ...) register with
-:func:`register_expert_backend`; the model never imports them.
+already grouped by expert. :data:`EXPERT_BACKENDS` is the one table of them: each entry has a
+name (what ``model.runtime.expert_backend`` says), a priority and an availability check, from
+which ``auto`` is resolved and every list of valid names is printed. The torch backends ``loop``
+and ``grouped`` are registered here; other packages register theirs with
+:func:`register_expert_backend` when they are imported (``biomoe.backends`` registers Transformer
+Engine's ``te`` and ``te_fused``), so the model never imports them.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from biomoe.compat.torch import grouped_mm, has_grouped_mm
+from biomoe.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+AUTO = "auto"
+"""The name that asks the registry for the best available backend instead of naming one."""
 
 
 class ExpertBackend:
@@ -41,14 +50,163 @@ class ExpertBackend:
         raise NotImplementedError
 
 
-_BACKENDS: dict[str, Callable[[], ExpertBackend]] = {}
+# ------------------------------------------------------------------------------- the registry
+@dataclass(frozen=True)
+class ExpertBackendQuery:
+    """What is known about a run when its expert backend is chosen, before the model is built."""
+
+    device: torch.device = torch.device("cpu")
+    """Where the experts will compute."""
+    capability: tuple[int, int] | None = None
+    """The CUDA device's compute capability; None off CUDA."""
+    precision: str = "bf16"
+    """The precision recipe that will run (``model.runtime.precision``, after any fallback)."""
+    hidden_size: int = 0
+    ffn_hidden_size: int = 0
+    libraries: frozenset[str] = frozenset()
+    """Optional kernel libraries usable on this device (``"transformer_engine"``), probed once by
+    the build step so that checks need not import them."""
 
 
-def register_expert_backend(name: str) -> Callable:
-    """Class decorator: make a backend constructible by name from the config."""
+@dataclass(frozen=True)
+class Availability:
+    """A backend's answer to one :class:`ExpertBackendQuery`.
+
+    ``runs``: it can compute here, so naming it is accepted. ``preferred``: ``auto`` may take it
+    (a backend that runs but was measured slower here says so with ``preferred=False``).
+    ``reason`` is shown in the start-up line (``experts=<name> (<reason>)``) or in the error.
+    """
+
+    runs: bool
+    reason: str = ""
+    preferred: bool = True
+
+    @classmethod
+    def yes(cls, reason: str = "") -> Availability:
+        return cls(True, reason)
+
+    @classmethod
+    def no(cls, reason: str) -> Availability:
+        return cls(False, reason, preferred=False)
+
+    @classmethod
+    def not_preferred(cls, reason: str) -> Availability:
+        return cls(True, reason, preferred=False)
+
+
+AvailabilityCheck = Callable[[ExpertBackendQuery], Availability]
+
+
+def always_available(query: ExpertBackendQuery) -> Availability:
+    """For backends that run anywhere torch does (they give no reason of their own)."""
+    return Availability.yes()
+
+
+@dataclass(frozen=True)
+class ExpertBackendSpec:
+    """One registered backend: how to build it and when to choose it."""
+
+    name: str
+    factory: Callable[[], ExpertBackend]
+    priority: int | None = None
+    """``auto`` tries higher priorities first; None = used only when named."""
+    available: AvailabilityCheck = always_available
+    requires: str = ""
+    """What it needs, for the error when it is named where it cannot run
+    (``"Transformer Engine and a CUDA GPU (pip install biomoe[te])"``)."""
+    uses_precision_recipe: bool = False
+    """Computes inside the FP8/FP4 precision recipe; the others compute in bf16 under any recipe."""
+
+
+class ExpertBackendRegistry:
+    """Name -> :class:`ExpertBackendSpec`; resolves ``auto`` and explicit names for a query."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ExpertBackendSpec] = {}
+
+    def register(self, spec: ExpertBackendSpec) -> None:
+        """Add ``spec``. Registering the same factory again (a module imported twice) replaces it;
+        a different backend under a taken name is refused, so plug-ins cannot shadow each other."""
+        if spec.name == AUTO:
+            raise ValueError(f"{AUTO!r} is not a backend name: it asks the registry to choose")
+        old = self._specs.get(spec.name)
+        if old is not None and _qualified(old.factory) != _qualified(spec.factory):
+            raise ValueError(f"expert backend {spec.name!r} is already registered ({_qualified(old.factory)})")
+        self._specs[spec.name] = spec
+
+    def unregister(self, name: str) -> None:
+        self._specs.pop(name, None)
+
+    def names(self) -> list[str]:
+        """Registered backend names, sorted."""
+        return sorted(self._specs)
+
+    def choices(self) -> list[str]:
+        """Every value ``model.runtime.expert_backend`` accepts: the names and ``auto``, sorted."""
+        return sorted([*self._specs, AUTO])
+
+    def spec(self, name: str) -> ExpertBackendSpec:
+        if name == AUTO:
+            raise ValueError(f"expert backend {AUTO!r} is resolved when the model is built "
+                             "(biomoe.build.build_model); the Experts module needs a concrete name")
+        if name not in self._specs:
+            raise ValueError(f"unknown expert backend {name!r}; choose one of {self.choices()}")
+        return self._specs[name]
+
+    def build(self, name: str) -> ExpertBackend:
+        return self.spec(name).factory()
+
+    def by_priority(self) -> list[ExpertBackendSpec]:
+        """The backends ``auto`` may choose, highest priority first (ties by name)."""
+        ranked = [s for s in self._specs.values() if s.priority is not None]
+        return sorted(ranked, key=lambda s: (-s.priority, s.name))
+
+    def resolve(self, name: str, query: ExpertBackendQuery) -> tuple[str, str]:
+        """``(backend, reason)`` for ``name`` (a backend or ``auto``) on ``query``.
+
+        ``auto`` takes the highest-priority backend whose check says it runs and is preferred
+        here. Its reason is its own, or, for a backend that gives none (``grouped``: it runs
+        everywhere), what kept the higher-priority ones out. A named backend that cannot run here
+        is a :class:`~biomoe.errors.ConfigError`, never a silent substitute."""
+        if name == AUTO:
+            return self._resolve_auto(query)
+        spec = self.spec(name)
+        verdict = spec.available(query)
+        if not verdict.runs:
+            fallback, _ = self._resolve_auto(query)
+            raise ConfigError(f"model.runtime.expert_backend: {name} needs {spec.requires or verdict.reason}; "
+                              f"use {fallback} or {AUTO} here")
+        return name, "configured"
+
+    def _resolve_auto(self, query: ExpertBackendQuery) -> tuple[str, str]:
+        passed_over: list[str] = []
+        for spec in self.by_priority():
+            verdict = spec.available(query)
+            if verdict.runs and verdict.preferred:
+                reason = verdict.reason or next((r for r in passed_over if r), "highest priority available")
+                return spec.name, reason
+            passed_over.append(verdict.reason)
+        raise ConfigError(f"model.runtime.expert_backend: {AUTO} found no expert backend for "
+                          f"{query.device} and {query.precision}; name one of {', '.join(self.names())}")
+
+
+def _qualified(factory: Callable) -> str:
+    return f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', repr(factory))}"
+
+
+EXPERT_BACKENDS = ExpertBackendRegistry()
+"""The one table of expert backends: what ``model.runtime.expert_backend`` may name."""
+
+
+def register_expert_backend(name: str, *, priority: int | None = None,
+                            available: AvailabilityCheck = always_available, requires: str = "",
+                            uses_precision_recipe: bool = False) -> Callable:
+    """Class decorator: make a backend constructible by name from the config (see
+    :class:`ExpertBackendSpec` for the keywords)."""
 
     def wrap(cls: Callable[[], ExpertBackend]) -> Callable[[], ExpertBackend]:
-        _BACKENDS[name] = cls
+        EXPERT_BACKENDS.register(ExpertBackendSpec(name, cls, priority, available, requires,
+                                                   uses_precision_recipe))
         return cls
 
     return wrap
@@ -56,27 +214,16 @@ def register_expert_backend(name: str) -> Callable:
 
 def known_backends() -> list[str]:
     """Every registered backend name, and ``auto`` (resolved when the model is built)."""
-    _load_optional_backends()
-    return sorted(set(_BACKENDS) | {"auto"})
-
-
-def _load_optional_backends() -> None:
-    """Import backend modules that register themselves (TE etc.) if they exist in the package."""
-    for module in ("biomoe.backends.te.experts",):
-        try:
-            __import__(module)
-        except ImportError:
-            pass
+    return EXPERT_BACKENDS.choices()
 
 
 def build_backend(name: str) -> ExpertBackend:
-    _load_optional_backends()
-    if name == "auto":
-        raise ValueError("expert backend 'auto' is resolved when the model is built "
-                         "(biomoe.build.build_model); the Experts module needs a concrete name")
-    if name not in _BACKENDS:
-        raise ValueError(f"unknown expert backend {name!r}; choose one of {known_backends()}")
-    return _BACKENDS[name]()
+    return EXPERT_BACKENDS.build(name)
+
+
+def resolve_expert_backend(name: str, query: ExpertBackendQuery) -> tuple[str, str]:
+    """``(backend, reason)``: see :meth:`ExpertBackendRegistry.resolve`."""
+    return EXPERT_BACKENDS.resolve(name, query)
 
 
 def swiglu(gate_up_out: Tensor) -> Tensor:
@@ -84,7 +231,7 @@ def swiglu(gate_up_out: Tensor) -> Tensor:
     return F.silu(gate) * up
 
 
-@register_expert_backend("loop")
+@register_expert_backend("loop")  # the reference: only when named (grouped falls back to it itself)
 class LoopBackend(ExpertBackend):
     """Reference: one matmul pair per expert (the shape of HF's eager Mixtral experts).
 
@@ -135,7 +282,7 @@ def grouped_mm_supported(rows: Tensor, *weights: Tensor) -> bool:
     return all(d % align == 0 for d in dims)
 
 
-@register_expert_backend("grouped")
+@register_expert_backend("grouped", priority=10)  # runs everywhere: auto's choice when nothing faster is
 class GroupedMMBackend(ExpertBackend):
     """All experts in two grouped GEMMs via ``torch._grouped_mm``; no host sync.
 

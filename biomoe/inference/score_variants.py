@@ -1,4 +1,4 @@
-"""``biomoe score-variants``: zero-shot variant effects as a log-likelihood ratio.
+"""Zero-shot variant effects as a log-likelihood ratio, and the variant tables they are read from.
 
 For a substitution at 1-based ``position`` the model scores a window of ``window`` bases centred on
 it (shifted inward at contig ends) twice, with the reference and with the alternative allele, and
@@ -13,30 +13,27 @@ A reference allele that does not match the genome stops with one line naming the
 
 A ``.vcf``, ``.vcf.gz`` or ``.bcf`` file is read with pysam (``pip install 'biomoe[vcf]'``): every
 ALT allele of a record is one variant. Real call sets mix SNVs with indels and symbolic alleles
-(``<DEL>``, ``*``); those records are skipped with a count on stderr rather than refused, so a
-VCF can be scored as it comes from a caller.
+(``<DEL>``, ``*``); those records are skipped and counted (``score-variants`` reports the count
+on stderr) rather than refused, so a VCF can be scored as it comes from a caller.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from biomoe.cli.arguments import CommandParser
-from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome
-from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.inference.scoring import load_model, sequence_log_likelihood
+from biomoe.errors import GenomeInputError
+from biomoe.files import decode_user_text
+from biomoe.inference.scoring import sequence_log_likelihood
 from biomoe.model.transformer import MoETransformer
-from biomoe.genomics.score_fasta import positive_int, write_output
-from biomoe.files import check_outputs, decode_user_text
 
-__all__ = ["VCF_SUFFIXES", "Variant", "read_variants", "read_vcf", "score_variants", "main"]
+__all__ = ["VCF_SUFFIXES", "Variant", "is_vcf", "prepare_windows", "read_variants", "read_vcf", "score_variants",
+           "score_windows", "variant_windows"]
 
 VCF_SUFFIXES: tuple[str, ...] = (".vcf", ".vcf.gz", ".vcf.bgz", ".bcf")
 
@@ -185,49 +182,3 @@ def score_windows(model: MoETransformer, variants: list[Variant], prepared: list
         if progress is not None:
             progress.update(len(chunk))
     return rows
-
-
-def main(argv: list[str]) -> int:
-    parser = CommandParser(prog="biomoe score-variants", description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
-    parser.add_argument("fasta", nargs="+", help="reference genome FASTA file(s)")
-    parser.add_argument("--variants", required=True, type=Path,
-                        help="TSV (contig, position 1-based, ref, alt) or VCF/BCF (.vcf, .vcf.gz, .bcf)")
-    parser.add_argument("--out", required=True, type=Path, help="output TSV")
-    parser.add_argument("--window", type=positive_int, default=1024)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    args = parser.parse_args(argv)
-    args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
-    check_outputs([args.out], [args.ckpt, *args.fasta, args.variants])  # --out never replaces an input
-    if is_vcf(args.variants):
-        variants, skipped = read_vcf(args.variants)
-        if skipped:
-            print(f"biomoe: note: {args.variants}: skipped {skipped:,} ALT allele(s) that are not substitutions "
-                  "(indels, symbolic alleles, no ALT)", file=sys.stderr)
-        if not variants:
-            raise GenomeInputError(args.variants, "no substitutions to score in this VCF")
-    else:
-        variants = read_variants(args.variants)
-    if not variants:
-        raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
-                                              "and comments)")
-    genome = Genome(args.fasta)
-    model = load_model(args.ckpt).to(args.device)
-    from biomoe.progress import progress_bar
-
-    prepared = prepare_windows(genome, variants, args.window, source=str(args.variants))
-    with progress_bar(len(variants), "score-variants", unit="variant", disable=args.no_progress) as bar:
-        rows = score_windows(model, variants, prepared, progress=bar)
-    columns = ["contig", "position", "ref", "alt", "window_start", "logp_ref", "logp_alt", "llr"]
-
-    def write_table(target: Path) -> None:
-        with open(target, "w") as handle:
-            handle.write("\t".join(columns) + "\n")
-            for row in rows:
-                handle.write("\t".join(f"{row[c]:.6f}" if isinstance(row[c], float) else str(row[c])
-                                       for c in columns) + "\n")
-
-    write_output(args.out, write_table)
-    print(f"wrote {args.out} ({len(rows)} variants)")
-    return 0

@@ -1,0 +1,125 @@
+"""``biomoe routing``: which experts the bases of each genome (and species) are routed to.
+
+What is counted, and what the JSON holds, is described in :mod:`biomoe.genomics.routing`; the
+heatmaps are drawn by :mod:`biomoe.genomics.routing_plot`. ``--from_json`` redraws them from a
+JSON file this command wrote, without the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+from biomoe.checkpoint.records import training_seq_length
+from biomoe.checkpoint.run_folder import resolve_checkpoint
+from biomoe.cli.arguments import CommandParser, positive_int
+from biomoe.data.fasta import Genome, file_labels, resolve_fasta_paths
+from biomoe.errors import GenomeInputError
+from biomoe.files import check_outputs, write_text
+from biomoe.genomics.routing import RoutingCounter, genome_routing, read_report, routing_report, to_json
+from biomoe.genomics.routing_plot import plot_routing, require_matplotlib
+from biomoe.inference.scoring import check_checkpoint_file, load_model
+from biomoe.progress import progress_bar
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = CommandParser(prog="biomoe routing", description=__doc__.splitlines()[0],
+                           epilog="Species: the part of a genome's label (its file name without FASTA/gzip "
+                                  "suffixes) before the first '_': ecoli_536.fna.gz and ecoli_k12.fa are species "
+                                  "'ecoli'. Fractions, species means and the JSD summary are described in the "
+                                  "module biomoe.genomics.routing.")
+    parser.add_argument("--ckpt_path", "--ckpt-path", help="checkpoint, or a run folder (its best checkpoint)")
+    parser.add_argument("--fasta", nargs="+",
+                        help="FASTA files (or folders of them), one genome each; the species of a genome is its "
+                             "label (file name without FASTA/gzip suffixes) up to the first '_', e.g. "
+                             "ecoli_536.fna.gz -> ecoli")
+    parser.add_argument("--windows", type=positive_int, default=64,
+                        help="windows per genome, spread evenly over its contigs (default %(default)s)")
+    parser.add_argument("--seq_length", "--seq-length", type=positive_int, default=None,
+                        help="bases per window (default: the checkpoint's training seq_length, else 1024)")
+    parser.add_argument("--batch_size", "--batch-size", type=positive_int, default=16,
+                        help="windows per forward pass (default %(default)s)")
+    parser.add_argument("--out", type=Path, default=Path("routing.json"),
+                        help="output JSON, written atomically (default %(default)s)")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="heatmap PNG, one panel per MoE layer (default: --out with .png)")
+    parser.add_argument("--no_plot", "--no-plot", action="store_true", help="write the JSON only")
+    parser.add_argument("--from_json", "--from-json", type=Path, default=None,
+                        help="draw --plot from a JSON this command wrote, without the model")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto: cuda where available (default %(default)s)")
+    parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def _device(choice: str) -> str:
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise GenomeInputError(None, "--device cuda: no CUDA device is available (use --device cpu)")
+    return choice
+
+
+def _replot(args: argparse.Namespace) -> int:
+    if args.ckpt_path or args.fasta:
+        raise GenomeInputError(None, "--from_json draws an existing result: leave out --ckpt_path and --fasta")
+    if args.plot is None:
+        raise GenomeInputError(None, "--from_json needs --plot, the PNG to write")
+    require_matplotlib()
+    check_outputs([args.plot], [args.from_json])
+    plot_routing(read_report(args.from_json), args.plot)
+    print(f"wrote {args.plot}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.from_json is not None:
+        return _replot(args)
+    if not args.ckpt_path or not args.fasta:
+        raise GenomeInputError(None, "routing needs --ckpt_path and --fasta (or --from_json to redraw a result)")
+    plot = None if args.no_plot else (args.plot or args.out.with_suffix(".png"))
+    ckpt = resolve_checkpoint(args.ckpt_path)  # a run folder -> its best checkpoint
+    check_checkpoint_file(ckpt)
+    paths = resolve_fasta_paths(args.fasta)  # folders -> their FASTA files
+    labels = file_labels(paths)
+    genomes = [Genome(path) for path in paths]  # validates every file before any work
+    if plot is not None:
+        require_matplotlib()
+    check_outputs([args.out, plot], [ckpt, *paths])
+    device = _device(args.device)
+    # load_model builds the plain torch router (the TE router needs a GPU and gives the same
+    # choices); the hooks would count a TE router's choices just the same.
+    model = load_model(ckpt).to(device)
+    counter = RoutingCounter(model)
+    seq_length = args.seq_length or training_seq_length(ckpt) or 1024
+    results = []
+    with progress_bar(len(genomes) * args.windows * seq_length, "routing", disable=args.no_progress) as bar:
+        for genome, label in zip(genomes, labels):
+            results.append(genome_routing(model, counter, genome, label, args.windows, seq_length,
+                                          args.batch_size, progress=bar))
+    report = routing_report(results, counter.layers, counter.num_experts, counter.top_k, seq_length, args.windows,
+                            str(ckpt), shlex.join(["biomoe", "routing", *argv]))
+    write_text(args.out, to_json(report))
+    print(f"wrote {args.out} ({len(results)} genomes, {len(report['species'])} species, "
+          f"{len(counter.layers)} MoE layers)")
+    summary = report["specificity"]
+    within, between = summary["mean_within_species_jsd_bits"], summary["mean_between_species_jsd_bits"]
+    if within is not None or between is not None:
+        shown = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
+        print(f"mean JSD between routing distributions: within species {shown(within)} bits, "
+              f"between species {shown(between)} bits")
+    skipped = sum(r.skipped_windows for r in results)
+    if skipped:
+        print(f"biomoe: skipped {skipped} mostly-N windows (counted in each genome's skipped_windows)",
+              file=sys.stderr)
+    if plot is not None:
+        plot_routing(report, plot)
+        print(f"wrote {plot}")
+    return 0
