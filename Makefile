@@ -29,8 +29,9 @@ fit: install
 smoke-2gpu:
 	$(PY) scripts/smoke_2gpu.py
 
-# `make test` leaves out the tests marked slow (hypothesis property runs, end-to-end fits and CLI
-# runs); `make test-slow` runs exactly those. CI (.ci/run) runs both. A plain `pytest` runs all.
+# `make test` leaves out the tests marked slow (hypothesis property runs, end-to-end fits,
+# multi-process and CLI runs); `make test-slow` runs exactly those. CI (.ci/run) runs both.
+# A plain `pytest` runs everything.
 test: install
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import re
 import statistics
 import sys
-import tempfile
 from pathlib import Path
+
+from biomoe.files import write_text
 
 VALIDATION_PREFIX = "val/"
 TRAIN_TAIL_STEPS = 100  # train bits/base are averaged over the last this many steps (dropout/noise on)
@@ -87,21 +87,6 @@ def to_json(summary: dict) -> str:
     return re.sub(r"\[([^\[\]{}\"]*)\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o666 & ~_umask())
-    os.replace(tmp, path)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python scripts/summarize_run.py", description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a CSVLogger run folder or a metrics.csv")
@@ -131,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             head[key] = getattr(args, key)
     if wall is not None:
         head["wall_clock_s"] = wall
-    write_atomic(args.out, to_json({**head, **body}))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_text(args.out, to_json({**head, **body}))
     print(args.out)
     return 0
 

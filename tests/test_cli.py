@@ -89,7 +89,6 @@ def test_every_shipped_config_parses():
     assert result.returncode == 0 and "BAD []" in result.stdout, (result.stdout[-2000:], result.stderr[-3000:])
 
 
-@pytest.mark.slow
 def test_fused_adamw_with_bf16_and_gradient_clipping(tmp_path):
     """Lightning's AMP plugin refuses to clip for fused optimizers; our module clips itself (GPU default)."""
     from biomoe.cli.main import main

@@ -66,7 +66,7 @@ def test_hidden_states_of_a_block_stop_there_and_match_running_the_blocks(model)
         parse_layer("3", 3)
 
 
-@pytest.mark.parametrize("layer", ["final", pytest.param("1", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("layer", ["final", "1"])
 def test_per_position_embeddings_equal_the_models_hidden_states(files, model, genome, tmp_path, layer):
     ckpt, fasta = files
     out = tmp_path / "emb.npz"
@@ -82,7 +82,6 @@ def test_per_position_embeddings_equal_the_models_hidden_states(files, model, ge
     np.testing.assert_allclose(data["embeddings"], expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.slow
 def test_pooled_rows_are_means_over_acgt_bases(files, model, genome, tmp_path):
     ckpt, fasta = files
     per_base = {name: direct_states(model, seq, None) for name, seq in genome.items()}

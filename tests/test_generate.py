@@ -65,7 +65,6 @@ def _uncached_greedy(model, prompt: np.ndarray, length: int, context: int) -> np
     return np.array(out)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("context", [200, 16])  # 16: the sample outgrows the context and restarts
 def test_generation_with_cache_equals_recomputing_every_step(model, context):
     prompt = TOK.encode(random_dna(9, seed=4))
@@ -73,7 +72,6 @@ def test_generation_with_cache_equals_recomputing_every_step(model, context):
     np.testing.assert_array_equal(cached, _uncached_greedy(model, prompt, 40, context))
 
 
-@pytest.mark.slow
 def test_only_nucleotides_are_emitted_even_when_specials_are_likeliest(model):
     head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size)
     with torch.no_grad():  # the model now rates every non-base token far above the bases
@@ -89,7 +87,6 @@ def test_only_nucleotides_are_emitted_even_when_specials_are_likeliest(model):
     assert N_ID in np.concatenate(with_n)
 
 
-@pytest.mark.slow
 def test_same_seed_same_samples_whatever_the_batching(model):
     prompt = TOK.encode("ACGTTGCA")
     settings = SamplingSettings(temperature=1.0, top_p=0.95)
@@ -125,7 +122,6 @@ def test_region_syntax():
         parse_region("chr1:0-5")
 
 
-@pytest.mark.slow
 def test_cli_writes_fasta_samples_from_a_fasta_region(ckpt, write_fasta, tmp_path, capsys):
     genome = random_dna(500, seed=2)
     fasta = write_fasta({"chr1": genome})

@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("parallel", "backends"),
     ("checkpoint",),
     ("model",),
-    ("compat", "files", "errors", "progress", "precisions"),
+    ("compat", "files", "errors", "progress", "precisions", "checks"),
 ]
 """Top to bottom: a node may import its own layer and the layers below it, never one above."""
 

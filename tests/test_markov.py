@@ -133,7 +133,6 @@ def test_validation_logs_markov_baseline_equal_to_the_table(tmp_path):
     assert second["val/markov_bits_per_base"] == result["val/markov_bits_per_base"]
 
 
-@pytest.mark.slow
 def test_time_budget_fixes_steps_and_ends_the_schedule(tmp_path, monkeypatch):
     import types
 

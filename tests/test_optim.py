@@ -90,7 +90,6 @@ def test_master_weights_are_chosen_for_low_precision_parameters_only():
     assert not wants_master_weights(bf16, False)
 
 
-@pytest.mark.slow
 def test_bf16_true_fit_uses_master_weights_and_learns(tmp_path):
     """The Lightning path: trainer.precision bf16-true gives bf16 parameters, fp32 masters, and the
     loss falls on a learnable sequence."""

@@ -50,7 +50,6 @@ def test_nan_stop_reports_step_and_parameters_and_keeps_last_checkpoint_clean(tm
     assert last["global_step"] == 3  # the last good step; nothing was saved after the NaN
 
 
-@pytest.mark.slow
 def test_nan_skip_drops_the_update_and_training_continues(tmp_path: Path) -> None:
     guard = NonFiniteGuard("skip")
     snapshot: dict[str, torch.Tensor] = {}

@@ -199,7 +199,6 @@ def scoring_inputs(tmp_path_factory) -> dict[str, Path]:
 @given(lines=st.lists(variant_line(), min_size=0, max_size=5), header=st.booleans())
 @settings(max_examples=_examples(30), suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                              HealthCheck.too_slow])
-@pytest.mark.slow
 def test_any_variant_table_scores_or_is_one_line(scoring_inputs, lines: list[str], header: bool) -> None:
     before = {p: p.read_bytes() for p in scoring_inputs.values()}
     with tempfile.TemporaryDirectory() as folder:

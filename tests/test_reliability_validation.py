@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from biomoe.model import config as checks
+from biomoe import checks
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.training import validation
 from biomoe.cli.main import main

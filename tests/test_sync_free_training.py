@@ -79,7 +79,7 @@ def test_nonfinite_per_tensor_flags_nan_and_inf_in_any_dtype():
     assert nonfinite_per_tensor([]) is None
 
 
-@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("fused", [False, True])
 def test_stop_is_raised_at_the_next_check_naming_the_bad_step(tmp_path: Path, fused: bool):
     """NaN at step 5, checks every 4 steps, no checkpoints: raised at global step 8 for step 5."""
     seen: list[int] = []

@@ -81,7 +81,6 @@ def test_configured_max_steps_caps_the_length(write_fasta, cache_dir, tmp_path) 
     assert trainer.global_step == length_cb.max_steps == 6
 
 
-@pytest.mark.slow
 def test_run_folder_gives_the_best_checkpoint_not_the_last(write_fasta, cache_dir, tmp_path, capsys) -> None:
     """Trained on an A/T-rich sequence and validated on uniform random DNA, held-out bits/base first
     fall (the model learns that only A/C/G/T occur) and then rise (it learns the A/T bias): the best
@@ -132,7 +131,6 @@ def test_run_folder_without_a_recorded_best_falls_back(tmp_path, capsys) -> None
         resolve_checkpoint(tmp_path / "empty")
 
 
-@pytest.mark.slow
 def test_early_stopping_ends_a_run_whose_validation_turns_up(write_fasta, cache_dir, tmp_path) -> None:
     train = write_fasta({"t": random_dna(10_000, 7, alphabet="AAAT")}, name="train.fa")
     unrelated = write_fasta({"u": random_dna(3_000, 3)}, name="unrelated.fa")

@@ -15,8 +15,8 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 from biomoe.errors import ConfigError
-from biomoe.model.config import (boolean, check_fields, check_values, checked, field_checks, folder, integer, real,
-                                 sequence_of, text)
+from biomoe.checks import (boolean, check_fields, check_values, checked, field_checks, folder, integer, real,
+                           sequence_of, text)
 
 __all__ = ["DataConfig", "check_settings", "held_out_cuts", "takes_fields_of"]
 

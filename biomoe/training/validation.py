@@ -31,9 +31,10 @@ from typing import Any
 from biomoe.data.config import DataConfig
 from biomoe.errors import GenomeInputError
 from biomoe.files import decode_user_text
-from biomoe.model.config import (BACKEND_CHOICES, LAYER_BACKEND_FIELDS, Check, ConfigError, ModelConfig, OptimConfig,
-                                 RuntimeConfig, boolean, choice, either, field_checks, folder, integer, is_number,
-                                 key_error, real, text)
+from biomoe.checks import (Check, boolean, choice, either, field_checks, folder, integer, is_number, key_error, real,
+                           text)
+from biomoe.model.config import (BACKEND_CHOICES, LAYER_BACKEND_FIELDS, ModelConfig, OptimConfig,
+                                 RuntimeConfig)
 
 __all__ = ["RULES", "CLASS_RULES", "FREE_FORM", "validate_config", "check_config_files", "config_file_args"]
 
