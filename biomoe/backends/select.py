@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 import torch
 
 from biomoe.backends.te.availability import TE_LIBRARY, DeviceInfo, device_info, te_usable
+from biomoe.backends.te.dispatch import TEPermuteDispatcher
+from biomoe.backends.te.layers import TECoreAttention, TERMSNorm
 from biomoe.backends.te.precision import PrecisionContext, resolve_precision, te_support_checker
+from biomoe.backends.te.router import TEFusedTopKRouter
 from biomoe.errors import ConfigError
 from biomoe.model.backends import LayerBackends
 from biomoe.model.config import ModelConfig, RuntimeConfig
@@ -95,20 +98,12 @@ def select_backends(cfg: ModelConfig, runtime: RuntimeConfig,
     te_dispatch = want_te("dispatch_backend", runtime.dispatch_backend, te_ok)
     kwargs: dict = {"experts": expert_backend}
     if te_norm:
-        from biomoe.backends.te.layers import TERMSNorm
-
         kwargs["norm"] = TERMSNorm
     if te_attention:
-        from biomoe.backends.te.layers import TECoreAttention
-
         kwargs["core_attention"] = TECoreAttention
     if te_router:
-        from biomoe.backends.te.router import TEFusedTopKRouter
-
         kwargs["router"] = TEFusedTopKRouter
     if te_dispatch:
-        from biomoe.backends.te.dispatch import TEPermuteDispatcher
-
         kwargs["dispatcher"] = TEPermuteDispatcher
 
     recipe = f" ({type(context.recipe).__name__})" if context.recipe is not None else ""

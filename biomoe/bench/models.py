@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from biomoe.bench.shapes import BenchShape
+from biomoe.build import build_model
+from biomoe.interop.hf import from_hf_state_dict, model_config_from_hf
 from biomoe.model.config import ModelConfig, RuntimeConfig
 from biomoe.model.losses import masked_cross_entropy
 
@@ -32,7 +34,7 @@ def build_hf(shape: BenchShape, experts_impl: str, device: torch.device, fused_a
     model. The optimizer is torch's AdamW: fused with ``fused_adam`` (HF Trainer's default for
     torch >= 2.8), else its ``foreach`` default.
     """
-    from transformers import MixtralConfig, MixtralForCausalLM
+    from transformers import MixtralConfig, MixtralForCausalLM  # optional dependency
 
     config = MixtralConfig(
         vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn,
@@ -71,8 +73,6 @@ class ReferenceInit:
 
 def reference_init(shape: BenchShape, device: torch.device, seed: int = 0) -> ReferenceInit:
     """Build the HF default model once with ``seed`` and keep its initial weights on the CPU."""
-    from biomoe.interop.hf import from_hf_state_dict, model_config_from_hf
-
     torch.manual_seed(seed)
     hf = build_hf(shape, "grouped_mm", device).model
     hf_cfg = model_config_from_hf(hf.config.to_dict())
@@ -99,8 +99,6 @@ def build_biomoe(shape: BenchShape, backend: str, precision: str, device: torch.
     """biomoe's bare loop: the model as training builds it (:func:`biomoe.build.build_model`),
     in bf16 weights, without Lightning around it. ``layer_backends``: e.g.
     ``{"norm_backend": "torch"}`` to take one TE component out (ablation)."""
-    from biomoe.build import build_model
-
     config = biomoe_config(shape, init)
     runtime = RuntimeConfig(precision=precision, expert_backend=backend, compile=compile_blocks,
                             activation_checkpointing=activation_checkpointing, **(layer_backends or {}))

@@ -18,9 +18,11 @@ Each row records how long the CLI took to reach its first step (``setup_s``).
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from biomoe.bench.shapes import BenchShape
 from biomoe.bench.timing import StepClock
+from biomoe.cli.lightning_cli import BioMoECLI, run_lightning_cli
 from biomoe.compat.lightning import detach_model_logging
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,8 +213,6 @@ class DiscardCheckpointIO(CheckpointIO):
 
 def config_callback_classes(config: dict[str, Any]) -> tuple[type, ...]:
     """The classes named in the config's ``trainer.callbacks`` (the shipped callback set)."""
-    import importlib
-
     classes = []
     for entry in (config.get("trainer") or {}).get("callbacks") or []:
         path = entry.get("class_path") if isinstance(entry, dict) else None
@@ -246,10 +247,6 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
     everything for the ``fit`` subcommand (its ``before_fit`` checks and ``after_fit`` report run
     too); only the final ``trainer.fit`` call is the benchmark's, which adds the step timer and
     feeds the in-memory batches. ``warmup + steps + 1`` steps in a scratch folder, removed afterwards."""
-    import warnings
-
-    from biomoe.cli.lightning_cli import BioMoECLI, run_lightning_cli
-
     device = ids.device
     accelerator = "gpu" if device.type == "cuda" else "cpu"
     total = warmup + steps + 1

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-__all__ = ["CommandParser", "positive_int"]
+from biomoe.checkpoint.run_folder import resolve_checkpoint
+
+__all__ = ["CommandParser", "add_device_option", "add_progress_option", "parse_model_command", "positive_int"]
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -35,3 +37,29 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def default_device() -> str:
+    """``cuda`` where a CUDA device is usable, else ``cpu`` (torch imported only when a command's
+    parser is built, not for ``cli.py --help``)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def add_device_option(parser: argparse.ArgumentParser, help: str | None = "default %(default)s") -> None:
+    """``--device`` of the commands that run a model: the GPU when there is one."""
+    parser.add_argument("--device", default=default_device(), help=help)
+
+
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-progress``: the long commands show a progress bar on stderr unless asked not to."""
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def parse_model_command(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse the options of a command that runs a checkpoint (``ckpt``): a run folder given there
+    becomes its best checkpoint, said once on stderr."""
+    args = parser.parse_args(argv)
+    args.ckpt = resolve_checkpoint(args.ckpt)
+    return args

@@ -15,11 +15,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from biomoe.checkpoint.records import training_seq_length
-from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.cli.arguments import CommandParser, positive_int
+from biomoe.cli.arguments import (CommandParser, add_device_option, add_progress_option, parse_model_command,
+                                  positive_int)
 from biomoe.data.fasta import Genome
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_write, check_outputs
@@ -46,15 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=positive_int, default=8, help="windows per forward pass (default %(default)s)")
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                         help="of the stored embeddings (default %(default)s)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="default %(default)s")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_device_option(parser)
+    add_progress_option(parser)
     return parser
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
+    args = parse_model_command(build_parser(), argv)
     genome = Genome(args.fasta)
     check_outputs([args.out], [args.ckpt, *genome.paths])
     if args.out.suffix != ".npz":

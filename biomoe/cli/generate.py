@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from biomoe.checkpoint.records import training_seq_length
-from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.cli.arguments import CommandParser, positive_int
+from biomoe.cli.arguments import (CommandParser, add_device_option, add_progress_option, parse_model_command,
+                                  positive_int)
 from biomoe.data.fasta import Genome
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
@@ -108,15 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--include-prompt", action="store_true", help="write prompt + generated bases")
     parser.add_argument("--name", default="sample", help="FASTA record names: NAME_1, NAME_2, ... (default %(default)s)")
     parser.add_argument("--line-width", type=positive_int, default=80, help="FASTA line width (default %(default)s)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="default %(default)s")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_device_option(parser)
+    add_progress_option(parser)
     return parser
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
+    args = parse_model_command(build_parser(), argv)
     prompt, prompt_text, inputs = _prompt_from_args(args)
     check_outputs([args.out], [args.ckpt, *inputs])
     settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.allow_n)

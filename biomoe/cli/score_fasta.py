@@ -24,10 +24,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.cli.arguments import CommandParser, positive_int
+from biomoe.cli.arguments import CommandParser, add_device_option, add_progress_option, positive_int
 from biomoe.data.fasta import Genome
 from biomoe.files import atomic_path, check_outputs
 from biomoe.genomics.repeat_mix import expert_for_checkpoint
@@ -47,14 +46,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--window", type=positive_int, default=1024)
     parser.add_argument("--batch-size", type=positive_int, default=8)
     parser.add_argument("--per-base", action="store_true", help="also write per-base scores to OUT.npz")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_option(parser, help=None)
     parser.add_argument("--repeat-expert", action="store_true",
                         help="mix the network with the repeat expert fitted on the checkpoint's training split")
     parser.add_argument("--repeat-fasta", nargs="+", default=None,
                         help="fit the repeat expert on all of these files instead (implies --repeat-expert)")
     parser.add_argument("--repeat-follow-copies", action="store_true",
                         help="let the repeat expert follow copies past mismatches (implies --repeat-expert)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_progress_option(parser)
     args = parser.parse_args(argv)
     args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
     genome = Genome(args.fasta)

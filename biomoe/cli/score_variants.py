@@ -11,10 +11,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import torch
 
 from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.cli.arguments import CommandParser, positive_int
+from biomoe.cli.arguments import CommandParser, add_device_option, add_progress_option, positive_int
 from biomoe.data.fasta import Genome
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_path, check_outputs
@@ -32,8 +31,8 @@ def main(argv: list[str]) -> int:
                         help="TSV (contig, position 1-based, ref, alt) or VCF/BCF (.vcf, .vcf.gz, .bcf)")
     parser.add_argument("--out", required=True, type=Path, help="output TSV")
     parser.add_argument("--window", type=positive_int, default=1024)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_device_option(parser, help=None)
+    add_progress_option(parser)
     args = parser.parse_args(argv)
     args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
     check_outputs([args.out], [args.ckpt, *args.fasta, args.variants])  # --out never replaces an input

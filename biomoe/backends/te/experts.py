@@ -39,7 +39,7 @@ from torch import Tensor
 from biomoe.model.moe.experts import (Availability, ExpertBackend, ExpertBackendQuery, register_expert_backend,
                                       resolve_expert_backend, swiglu)
 from biomoe.backends.te.availability import TE_LIBRARY, DeviceInfo, device_info
-from biomoe.backends.te.precision import active_alignment
+from biomoe.backends.te.precision import active_alignment, fp8_recipe_active
 from biomoe.compat.transformer_engine import (WEIGHT_TENSORS_HOOK, drop_parameters, forward_op_names, fusers,
                                                set_fuser_parameters)
 
@@ -97,7 +97,7 @@ def interleave_glu_rows(gate_up: Tensor, block: int = GLU_INTERLEAVE) -> Tensor:
 @functools.lru_cache(maxsize=None)
 def _stacked_grouped_linear_class() -> type:
     """Subclass of ``te.GroupedLinear`` whose ``weight{i}`` come from a stacked tensor per call."""
-    import transformer_engine.pytorch as te
+    import transformer_engine.pytorch as te  # optional dependency
 
     class StackedGroupedLinear(te.GroupedLinear):
         """``te.GroupedLinear`` without parameters of its own (ours are passed to forward)."""
@@ -260,7 +260,7 @@ class TEFusedMLPBackend(_TEBackendBase):
         self.fused_path: str = "not run"
 
     def _build(self, device, dtype, experts, hidden, ffn):
-        import transformer_engine.pytorch as te
+        import transformer_engine.pytorch as te  # optional dependency
         from transformer_engine.pytorch import ops
 
         info = device_info(device)
@@ -316,11 +316,9 @@ class TEFusedMLPBackend(_TEBackendBase):
         return out
 
     def _ops_lack_recipe(self) -> bool:
-        from biomoe.backends.te.precision import fp8_recipe_active
-
         if not fp8_recipe_active():
             return False
-        from transformer_engine.pytorch.quantization import FP8GlobalStateManager
+        from transformer_engine.pytorch.quantization import FP8GlobalStateManager  # optional dependency
 
         recipe = FP8GlobalStateManager.get_fp8_recipe()
         on_hopper = self._device_info is not None and self._device_info.capability[0] == 9
@@ -353,6 +351,7 @@ def choose_expert_backend(info: DeviceInfo | None, te_available: bool, precision
     The registry decides (:func:`~biomoe.model.moe.experts.resolve_expert_backend`, by priority
     over each backend's availability check); this only describes the device as its query.
     """
+    # imported here: biomoe.backends.select imports the biomoe.backends package, which imports this module
     from biomoe.backends.select import expert_query
 
     return resolve_expert_backend("auto", expert_query(info, te_available, precision, hidden, ffn))
