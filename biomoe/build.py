@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 import torch
 
 from biomoe.backends.select import BackendSelection, select_backends
+from biomoe.model.activation_checkpointing import apply_activation_checkpointing, check_precision_for_checkpointing
+from biomoe.model.compile import apply_compile
 from biomoe.model.config import ModelConfig, RuntimeConfig
 from biomoe.model.transformer import MoETransformer
-from biomoe.parallel.parallelize import ParallelPlan
+from biomoe.parallel.parallelize import ParallelPlan, apply_data_parallelism, apply_expert_parallelism, materialize
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +106,6 @@ def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
     device = torch.device(device) if device is not None else torch.device("cpu")
     selection = select_backends(config, runtime, device)
     if runtime.activation_checkpointing and selection.precision.use_te:
-        from biomoe.model.activation_checkpointing import check_precision_for_checkpointing
-
         check_precision_for_checkpointing(selection.precision.name)
 
     if model is None:
@@ -113,24 +113,14 @@ def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
     # else: a plain model the caller built (e.g. given weights); it keeps its own kernels and gets
     # the same parallel steps, in the same order.
     if plan is not None:
-        from biomoe.parallel.parallelize import apply_expert_parallelism
-
         apply_expert_parallelism(model, plan)
     if runtime.activation_checkpointing:
-        from biomoe.model.activation_checkpointing import apply_activation_checkpointing
-
         apply_activation_checkpointing(model)
     if runtime.compile:
-        from biomoe.model.compile import apply_compile
-
         apply_compile(model)
     if plan is not None:
-        from biomoe.parallel.parallelize import apply_data_parallelism
-
         apply_data_parallelism(model, plan)
     if any(p.is_meta for p in model.parameters()):
-        from biomoe.parallel.parallelize import materialize
-
         materialize(model, device)
     announce(selection.summary(trainer_precision))
     return BuiltModel(model, selection, announce)

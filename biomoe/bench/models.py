@@ -10,7 +10,6 @@ import torch.nn.functional as F
 
 from biomoe.bench.shapes import BenchShape
 from biomoe.build import build_model
-from biomoe.interop.hf import from_hf_state_dict, model_config_from_hf
 from biomoe.model.config import ModelConfig, RuntimeConfig
 from biomoe.model.losses import masked_cross_entropy
 
@@ -73,6 +72,9 @@ class ReferenceInit:
 
 def reference_init(shape: BenchShape, device: torch.device, seed: int = 0) -> ReferenceInit:
     """Build the HF default model once with ``seed`` and keep its initial weights on the CPU."""
+    # imported here: interop.hf imports Lightning, and bench.scaling (through bench.timing) must not
+    from biomoe.interop.hf import from_hf_state_dict, model_config_from_hf
+
     torch.manual_seed(seed)
     hf = build_hf(shape, "grouped_mm", device).model
     hf_cfg = model_config_from_hf(hf.config.to_dict())

@@ -105,10 +105,10 @@ def markdown(report: dict[str, Any]) -> str:
 
 def chart(records: list[BenchRecord], path: Path, title: str) -> None:
     """One panel per shape: tokens/s of every measured row, HF grey, biomoe blue."""
-    import matplotlib
+    import matplotlib  # optional dependency
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional dependency
 
     cases = list(dict.fromkeys(r.case for r in records if r.status == "ok"))
     if not cases:

@@ -25,13 +25,18 @@ from typing import Any, Callable
 
 import torch
 
+from biomoe.backends.te.availability import device_info, te_usable
+from biomoe.backends.te.precision import resolve_precision, te_support_checker
 from biomoe.bench.models import Contender, ReferenceInit, build_biomoe, build_hf, reference_init
 from biomoe.bench.product import CLI_VARIANTS, DEFAULT_CONFIG, config_expert_backend, read_config, run_cli
+from biomoe.bench.profile import profile_steps
 from biomoe.bench.records import BASELINE, BenchRecord, Row, fill_ratios, select_rows
 from biomoe.bench.report import environment, report_dict, write_report
-from biomoe.bench.shapes import DEFAULT_CASES, QUICK_CASES, BenchShape, parse_case
+from biomoe.bench.shapes import DEFAULT_CASES, QUICK_CASES, SHAPES, BenchShape, parse_case
 from biomoe.bench.timing import free_memory, peak_memory_gb, throughput, time_training
-from biomoe.precisions import PRECISIONS
+from biomoe.errors import ConfigError
+from biomoe.files import write_text
+from biomoe.precisions import PRECISIONS, parse_precision
 
 HF_CONTENDERS: dict[str, dict[str, Any]] = {
     "hf-bf16-fused": dict(experts_impl="grouped_mm", amp=False, fused_adam=True,
@@ -94,10 +99,6 @@ def plan_rows(cases: list[BenchShape], contenders: list[str], precisions: list[s
 
 def precision_support(device: torch.device, precisions: list[str]) -> dict[str, str]:
     """Precisions this device cannot run, each with the one-line reason training would give."""
-    from biomoe.backends.te.availability import device_info, te_usable
-    from biomoe.backends.te.precision import resolve_precision, te_support_checker
-    from biomoe.errors import ConfigError
-
     te_ok = te_usable(device)
     info = device_info(device) if device.type == "cuda" else None
     out = {}
@@ -225,8 +226,6 @@ def measure(row: Row, ctx: BenchContext) -> BenchRecord:
 def seq_sweep(ctx: BenchContext, start: int, maximum: int, backend: str) -> list[dict[str, Any]]:
     """Longest trainable sequence on dna-small at micro-batch 1: HF bf16 fused vs biomoe with
     activation checkpointing (one step each, doubling until it fails)."""
-    from biomoe.bench.shapes import SHAPES
-
     builders = {
         BASELINE: lambda s: build_hf(s, "grouped_mm", ctx.device, fused_adam=True, label=BASELINE),
         "biomoe-loop+ac": lambda s: build_biomoe(s, backend, "bf16", ctx.device, activation_checkpointing=True,
@@ -312,8 +311,6 @@ def _split(text: str) -> list[str]:
 
 
 def build_plan(args: argparse.Namespace) -> list[Row]:
-    from biomoe.precisions import parse_precision
-
     cases = [parse_case(c) for c in _split(args.shapes)]
     precisions = [parse_precision(p, key="--precisions") for p in _split(args.precisions)]
     variant_precisions = [parse_precision(p, key="--variant-precisions") for p in _split(args.variant_precisions)]
@@ -393,9 +390,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def profile_contenders(args: argparse.Namespace, ctx: BenchContext, rows: list[Row]) -> dict[str, str]:
     """torch.profiler tables (``profile.txt``) of the named loop contenders on the first shape."""
-    from biomoe.bench.profile import profile_steps
-    from biomoe.files import write_text
-
     wanted = _split(args.profile)
     shape = rows[0].shape if rows else parse_case(_split(args.shapes)[0])
     ids, labels = ctx.batch(shape)

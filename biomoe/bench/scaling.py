@@ -22,6 +22,7 @@ import argparse
 import copy
 import csv
 import fcntl
+import inspect
 import json
 import os
 import re
@@ -37,6 +38,7 @@ from pathlib import Path
 
 import yaml
 
+from biomoe.bench.report import environment
 from biomoe.bench.shapes import BenchShape
 from biomoe.files import atomic_path, write_text
 from biomoe.bench.timing import PEAK_BF16_TFLOPS
@@ -103,9 +105,7 @@ class ScalingResult:
 
 def _data_default(name: str) -> object:
     """``GenomeDataModule``'s default for ``name`` (imported only when needed: it pulls in Lightning)."""
-    import inspect
-
-    from biomoe.data.datamodule import GenomeDataModule
+    from biomoe.data.datamodule import GenomeDataModule  # imported here: Lightning, only when needed
 
     return inspect.signature(GenomeDataModule.__init__).parameters[name].default
 
@@ -259,10 +259,10 @@ def _precision_label(r: ScalingResult) -> str:
 
 
 def plot(results: list[ScalingResult], path: Path) -> None:
-    import matplotlib
+    import matplotlib  # optional dependency
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional dependency
 
     groups: dict[tuple, list[ScalingResult]] = {}
     for r in results:
@@ -432,8 +432,6 @@ def report(args: argparse.Namespace) -> int:
     add_efficiency(results)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from biomoe.bench.report import environment
-
     env = {"command": " ".join(sys.argv), "environment": {
         **environment(), "timing": "median train/tokens_per_s (host clock between steps, logged "
                                    "every step) after warm-up, per fit; see each result's wall_s"}}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -102,8 +103,6 @@ def free_memory(device: torch.device) -> None:
 
 def reset_te_state() -> None:
     """Forget Transformer Engine's global FP8 bookkeeping (amax buffers of the previous model)."""
-    import sys
-
     module = sys.modules.get("transformer_engine.pytorch.quantization") or sys.modules.get(
         "transformer_engine.pytorch.fp8")
     manager = getattr(module, "FP8GlobalStateManager", None)

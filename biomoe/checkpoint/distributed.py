@@ -8,10 +8,13 @@ size loads at any other, and consolidation needs no knowledge of the layout that
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
 import torch
+
+from biomoe.compat.torch import load_checkpoint_keys
 
 META_FILENAME = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME
 
@@ -21,8 +24,6 @@ def load_model_state(dcp_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
 
     Keys are the LightningModule's (``model.blocks.0…``); no process group is needed.
     """
-    from biomoe.compat.torch import load_checkpoint_keys
-
     return load_checkpoint_keys(dcp_dir, {"state_dict"})["state_dict"]
 
 
@@ -32,6 +33,7 @@ def consolidate(dcp_dir: str | os.PathLike, out_file: str | os.PathLike) -> Path
     single-device run). Load it with ``BioMoEModule.load_from_checkpoint`` or ``ckpt_path`` for
     validate/test/predict.
     """
+    # imported here: checkpoint.save imports Lightning; reading weights and --help do without it
     from biomoe.checkpoint.save import atomic_torch_save
 
     dcp_dir = Path(dcp_dir)
@@ -45,8 +47,6 @@ def consolidate(dcp_dir: str | os.PathLike, out_file: str | os.PathLike) -> Path
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m biomoe.checkpoint.distributed DCP_DIR OUT.ckpt``."""
-    import argparse
-
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("dcp_dir")
     parser.add_argument("out_file")

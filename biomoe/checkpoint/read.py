@@ -13,6 +13,8 @@ import zipfile
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from biomoe.errors import GenomeInputError
 
 __all__ = ["read_checkpoint", "read_checkpoint_or_none", "recorded"]
@@ -22,8 +24,6 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Any:
     """The contents of a torch checkpoint file, loaded on the CPU (tensors memory-mapped when the
     file is in torch's zip format; the legacy pickle format is read in full). A file torch cannot
     read is one :class:`~biomoe.errors.GenomeInputError` line naming it."""
-    import torch
-
     path = os.fspath(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=False, mmap=zipfile.is_zipfile(path))

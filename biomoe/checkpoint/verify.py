@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import zipfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -205,8 +206,6 @@ def resolve_checkpoint_alias(alias: str, folders: list[str | os.PathLike[str]]) 
     ``trainer.default_root_dir``); ``best`` is the best checkpoint that run's ModelCheckpoint recorded
     (in its state inside that last checkpoint). No such file is one line, not a traceback.
     """
-    from pathlib import Path
-
     roots = [Path(f) for f in dict.fromkeys(os.fspath(f) for f in folders if f)]
     found = sorted({p.resolve() for root in roots if root.is_dir() for p in root.rglob("*.ckpt") if p.is_file()},
                    key=lambda p: p.stat().st_mtime_ns)

@@ -12,6 +12,7 @@ Nothing below this package imports it.
 
 def main(argv: list[str] | None = None) -> int:
     """``biomoe`` (see :func:`biomoe.cli.main.main`)."""
+    # imported here: importing biomoe.cli (parent of every command module) stays light
     from biomoe.cli.main import main as run
 
     return run(argv)

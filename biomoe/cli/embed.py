@@ -19,7 +19,8 @@ import numpy as np
 from biomoe.checkpoint.records import training_seq_length
 from biomoe.cli.arguments import (CommandParser, add_device_option, add_progress_option, parse_model_command,
                                   positive_int)
-from biomoe.data.fasta import Genome
+from biomoe.data.reader import total_length
+from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_write, check_outputs
 from biomoe.inference.embed import POOLS, EmbeddingLayout, embed_genome, parse_layer
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parse_model_command(build_parser(), argv)
-    genome = Genome(args.fasta)
+    genome = open_reader(args.fasta)
     check_outputs([args.out], [args.ckpt, *genome.paths])
     if args.out.suffix != ".npz":
         raise GenomeInputError(args.out, "--out must end in .npz")
@@ -72,7 +73,7 @@ def main(argv: list[str]) -> int:
     os.close(fd)
     try:
         out = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.dtype(args.dtype), shape=(rows, hidden))
-        with progress_bar(genome.total_length, "embed", disable=args.no_progress) as bar:
+        with progress_bar(total_length(genome), "embed", disable=args.no_progress) as bar:
             bases = embed_genome(model, genome, out, layout, layer, window, args.batch_size, progress=bar)
         out.flush()
         arrays = {"embeddings": out, **index, "bases": bases,

@@ -18,7 +18,8 @@ import numpy as np
 from biomoe.checkpoint.records import training_seq_length
 from biomoe.cli.arguments import (CommandParser, add_device_option, add_progress_option, parse_model_command,
                                   positive_int)
-from biomoe.data.fasta import Genome
+from biomoe.data.reader import contig_lookup
+from biomoe.data.registry import open_reader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_write, check_outputs
@@ -41,15 +42,16 @@ def _prompt_from_args(args: argparse.Namespace) -> tuple[np.ndarray | None, str,
     if args.prompt_region is not None:
         if args.fasta is None:
             raise GenomeInputError(None, "--prompt-region needs --fasta (the genome the region is in)")
-        genome = Genome(args.fasta)
+        genome = open_reader(args.fasta)
         source = " ".join(args.fasta)
         try:
             contig, start, end = parse_region(args.prompt_region)
         except ValueError as exc:
             raise GenomeInputError(None, f"--prompt-region: {exc}") from None
-        if contig not in genome:
+        index = contig_lookup(genome)
+        if contig not in index:
             raise GenomeInputError(source, f"--prompt-region: contig '{contig}' is not in the genome")
-        length = genome.contig(contig).length
+        length = genome.contigs[index[contig]].length
         start, end = (0, length) if start is None else (start, end)
         if end > length:
             raise GenomeInputError(source, f"--prompt-region {args.prompt_region}: beyond the end of "

@@ -14,16 +14,34 @@ import re
 import sys
 from pathlib import Path
 
+from jsonargparse import set_parsing_settings
+from lightning.pytorch.callbacks import BasePredictionWriter, TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
 
+from biomoe import files
+from biomoe.checkpoint.hparams import model_config_from
+from biomoe.checkpoint.read import read_checkpoint
+from biomoe.checkpoint.records import training_data_settings
+from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.checkpoint.save import AtomicCheckpointIO
+from biomoe.checkpoint.verify import (check_checkpoint_file, check_shapes, check_structure, resolve_checkpoint_alias,
+                                      verify_checkpoint)
+from biomoe.cli.checkpoint_data import EVALUATING, data_keys_on_command_line, describe, settings_to_apply
 from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS
 from biomoe.cli.saved_config import AtomicSaveConfigCallback
 from biomoe.compat.lightning import add_subcommand, set_negative_number_matcher, subcommand_choices
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ConfigError, check_expert_parallel
+from biomoe.training import run_setup
+from biomoe.training.history import install_metrics_history
+from biomoe.training.markov_baseline import MarkovBaseline
 from biomoe.training.module import BioMoEModule
+from biomoe.training.prediction_writer import WindowScoreWriter
+from biomoe.training.summary import fit_summary
+from biomoe.training.validation import validate_config
 
 __all__ = ["BioMoECLI", "install_atomic_checkpoint_io", "install_markov_baseline", "run_lightning_cli"]
 
@@ -60,8 +78,6 @@ class BioMoECLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """Register the inputs (no output may replace them) before anything is built."""
-        from biomoe import files
-
         section = self.config[self.subcommand]
         data = section.get("data") or {}
         fasta = data.get("fasta")
@@ -80,18 +96,13 @@ class BioMoECLI(LightningCLI):
     def instantiate_classes(self) -> None:
         """Before anything is built: a missing logger package as one line, Lightning's start-up tips
         silenced, and TF32 matrix products on GPUs with tensor cores."""
-        from biomoe.training.run_setup import check_logger_packages, quiet_lightning_tips, set_matmul_precision
-
         trainer = self.config[self.subcommand].get("trainer") or {}
-        check_logger_packages(trainer.get("logger"))
-        quiet_lightning_tips()
-        set_matmul_precision(trainer.get("accelerator"))
+        run_setup.check_logger_packages(trainer.get("logger"))
+        run_setup.quiet_lightning_tips()
+        run_setup.set_matmul_precision(trainer.get("accelerator"))
         super().instantiate_classes()
 
     def instantiate_trainer(self, **kwargs):
-        from biomoe.training.history import install_metrics_history
-        from biomoe.training.run_setup import install_per_genome_metrics, install_progress_bar
-
         # The user's callbacks, read before the Trainer exists: it appends its default ones (the
         # progress bar among them) to this same list.
         configured = self.config_init[self.subcommand].get("trainer", {}).get("callbacks") or []
@@ -99,17 +110,15 @@ class BioMoECLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         install_atomic_checkpoint_io(trainer)
         install_markov_baseline(trainer)
-        install_per_genome_metrics(trainer)
+        run_setup.install_per_genome_metrics(trainer)
         install_metrics_history(trainer)
-        install_progress_bar(trainer, configured)
+        run_setup.install_progress_bar(trainer, configured)
         return trainer
 
     def _resolve_run_folder(self) -> None:
         """validate/test/predict ``--ckpt_path runs/x``: the run folder's best checkpoint
         (:func:`~biomoe.checkpoint.run_folder.resolve_checkpoint`; distributed checkpoints are folders
         too and stay as given)."""
-        from biomoe.checkpoint.run_folder import resolve_checkpoint
-
         subcommand = self.config.get("subcommand")
         ckpt = self.config[subcommand].get("ckpt_path") if subcommand in ("validate", "test", "predict") else None
         if isinstance(ckpt, (str, os.PathLike)) and os.path.isdir(ckpt):
@@ -118,9 +127,6 @@ class BioMoECLI(LightningCLI):
     def _apply_checkpoint_data(self) -> None:
         """validate/test/predict score the data the checkpoint records (its FASTA files and held-out
         splits) unless the command line sets them; one line says what the checkpoint changed."""
-        from biomoe.cli.checkpoint_data import (EVALUATING, data_keys_on_command_line,
-                                                     describe, settings_to_apply)
-
         subcommand = self.config.get("subcommand")
         if subcommand not in EVALUATING:
             return
@@ -129,8 +135,6 @@ class BioMoECLI(LightningCLI):
         if not isinstance(ckpt, (str, os.PathLike)):
             return
         current = section.get("data")
-        from biomoe.checkpoint.records import training_data_settings
-
         saved = training_data_settings(ckpt)
         if not saved or current is None:
             return
@@ -157,17 +161,11 @@ class BioMoECLI(LightningCLI):
         self._check_inputs()
         self._check_ckpt_folder()
         self._warn_untrained()
-        from lightning.pytorch.callbacks import BasePredictionWriter
-
-        from biomoe.training.prediction_writer import WindowScoreWriter
-
         if not any(isinstance(cb, BasePredictionWriter) for cb in self.trainer.callbacks):
             out_dir = Path(self.trainer.default_root_dir) / "predictions"
             self.trainer.callbacks.append(WindowScoreWriter(str(out_dir)))
         if self.trainer.progress_bar_callback is None:
             # Configs turn the bar off to keep fit's logs short; scoring a genome still shows progress.
-            from lightning.pytorch.callbacks import TQDMProgressBar
-
             self.trainer.callbacks.append(TQDMProgressBar())
 
     def before_fit(self) -> None:
@@ -194,9 +192,6 @@ class BioMoECLI(LightningCLI):
     def _check_ckpt_folder(self) -> None:
         """A folder checkpoint (torch.distributed.checkpoint) loads only under a strategy that reads
         folders (expert parallel); one that torch.loads a file failed on it with a traceback."""
-        from lightning.pytorch.plugins.io import TorchCheckpointIO
-        from lightning.pytorch.strategies import Strategy
-
         ckpt = self.config.get(self.subcommand, {}).get("ckpt_path")
         strategy = self.trainer.strategy
         loads_a_file = (type(strategy).load_checkpoint is Strategy.load_checkpoint
@@ -218,8 +213,6 @@ class BioMoECLI(LightningCLI):
         for key, value in keep.items():
             self.config[self.config["subcommand"]]["model"][key] = value
         if self.config.get("subcommand"):  # every value range-checked before anything is built or seeded
-            from biomoe.training.validation import validate_config
-
             validate_config(self.config[self.config["subcommand"]], self.config["subcommand"])
         self._apply_checkpoint_data()
 
@@ -236,8 +229,6 @@ class BioMoECLI(LightningCLI):
             self.config[subcommand]["ckpt_path"] = text
         if text in ("best", "last", "hpc") or text.startswith("registry") or "://" in text:
             return super()._parse_ckpt_path()  # Lightning's special values and remote URLs
-        from biomoe.checkpoint.verify import check_checkpoint_file, verify_checkpoint
-
         check_checkpoint_file(text)
         if os.path.isfile(text):  # integrity, structure, finite weights before Lightning reads it
             verify_checkpoint(text, shapes=False)
@@ -252,8 +243,6 @@ class BioMoECLI(LightningCLI):
     def _resolve_ckpt_alias(self, alias: str) -> str:
         """``best``/``last`` for validate/test/predict: the run folders' checkpoints (see
         :func:`~biomoe.checkpoint.verify.resolve_checkpoint_alias`)."""
-        from biomoe.checkpoint.verify import resolve_checkpoint_alias
-
         section = self.config[self.config["subcommand"]].as_dict()
         trainer = section.get("trainer") or {}
         folders = [trainer.get("default_root_dir") or os.getcwd()]
@@ -265,10 +254,6 @@ class BioMoECLI(LightningCLI):
     def _verify_ckpt(self, path: str) -> None:
         """The checkpoint's tensors against the model about to be built (its config, now merged
         with the checkpoint's hyper-parameters): one line naming the first tensor that differs."""
-        from biomoe.checkpoint.hparams import model_config_from
-        from biomoe.checkpoint.read import read_checkpoint
-        from biomoe.checkpoint.verify import check_shapes, check_structure
-
         section = self.config[self.config["subcommand"]].as_dict()
         config = model_config_from((section.get("model") or {}).get("config") or {})
         check_shapes(path, check_structure(path, read_checkpoint(path)), config, "the model config")
@@ -294,8 +279,6 @@ class BioMoECLI(LightningCLI):
         baseline, whatever the logger (:mod:`biomoe.training.summary`)."""
         log_dir = self.trainer.log_dir  # a broadcast under several processes: every rank must ask
         if self.trainer.is_global_zero:
-            from biomoe.training.summary import fit_summary
-
             print(fit_summary(self.trainer, log_dir))
 
 
@@ -305,9 +288,6 @@ def install_atomic_checkpoint_io(trainer) -> None:
     Strategies that write distributed checkpoints (directories via torch.distributed.checkpoint)
     keep their own writer.
     """
-    from lightning.pytorch.plugins.io import TorchCheckpointIO
-    from lightning.pytorch.strategies import ModelParallelStrategy
-
     strategy = trainer.strategy
     if isinstance(strategy, ModelParallelStrategy):
         return
@@ -317,8 +297,6 @@ def install_atomic_checkpoint_io(trainer) -> None:
 
 def install_markov_baseline(trainer) -> None:
     """Report an order-6 Markov baseline next to val/test bits/base unless the config has one."""
-    from biomoe.training.markov_baseline import MarkovBaseline
-
     if not any(isinstance(cb, MarkovBaseline) for cb in trainer.callbacks):
         trainer.callbacks.append(MarkovBaseline())
 
@@ -327,8 +305,6 @@ def run_lightning_cli(args: list[str] | None = None, cli_class: type[BioMoECLI] 
     """The CLI ``cli.py`` runs; ``cli_class`` (a subclass) lets the benchmark replace the ``fit``
     subcommand's last call (LightningCLI runs a method named like the subcommand instead of the
     Trainer's) while everything before it is built exactly as for users."""
-    from jsonargparse import set_parsing_settings
-
     # Option help comes from the docstrings under each config dataclass field (``fit --help``,
     # ``--model.config.help ModelConfig``); jsonargparse reads those only when asked to.
     set_parsing_settings(docstring_parse_attribute_docstrings=True)

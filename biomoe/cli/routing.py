@@ -17,7 +17,8 @@ import torch
 from biomoe.checkpoint.records import training_seq_length
 from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.cli.arguments import CommandParser, positive_int
-from biomoe.data.fasta import Genome, file_labels, resolve_fasta_paths
+from biomoe.data.fasta import file_labels, resolve_fasta_paths
+from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import check_outputs, write_text
 from biomoe.genomics.routing import RoutingCounter, genome_routing, read_report, routing_report, to_json
@@ -89,7 +90,7 @@ def main(argv: list[str]) -> int:
     check_checkpoint_file(ckpt)
     paths = resolve_fasta_paths(args.fasta)  # folders -> their FASTA files
     labels = file_labels(paths)
-    genomes = [Genome(path) for path in paths]  # validates every file before any work
+    genomes = [open_reader(path) for path in paths]  # validates every file before any work
     if plot is not None:
         require_matplotlib()
     check_outputs([args.out, plot], [ckpt, *paths])

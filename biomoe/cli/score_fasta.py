@@ -27,7 +27,8 @@ import numpy as np
 
 from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.cli.arguments import CommandParser, add_device_option, add_progress_option, positive_int
-from biomoe.data.fasta import Genome
+from biomoe.data.reader import total_length
+from biomoe.data.registry import open_reader
 from biomoe.files import atomic_path, check_outputs
 from biomoe.genomics.repeat_mix import expert_for_checkpoint
 from biomoe.inference.score_fasta import score_genome, summary_rows
@@ -56,7 +57,7 @@ def main(argv: list[str]) -> int:
     add_progress_option(parser)
     args = parser.parse_args(argv)
     args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
-    genome = Genome(args.fasta)
+    genome = open_reader(args.fasta)
     model = load_model(args.ckpt).to(args.device)
     repeat = None
     if args.repeat_expert or args.repeat_fasta or args.repeat_follow_copies:
@@ -67,7 +68,7 @@ def main(argv: list[str]) -> int:
     npz = args.out.with_suffix(".npz")
     # a bad --out, or one that names an input, fails before the work, not after
     check_outputs([tsv, npz if args.per_base else None], [args.ckpt, *args.fasta, *(args.repeat_fasta or [])])
-    with progress_bar(genome.total_length, "score-fasta", disable=args.no_progress) as bar:
+    with progress_bar(total_length(genome), "score-fasta", disable=args.no_progress) as bar:
         per_base = score_genome(model, genome, args.window, args.batch_size, repeat, progress=bar)
     if repeat is not None and repeat.covered_fraction > 0.5:
         print(f"biomoe: warning: {repeat.covered_fraction:.0%} of the scored bases follow a k-mer of the repeat "

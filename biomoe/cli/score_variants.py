@@ -14,7 +14,7 @@ from pathlib import Path
 
 from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.cli.arguments import CommandParser, add_device_option, add_progress_option, positive_int
-from biomoe.data.fasta import Genome
+from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_path, check_outputs
 from biomoe.inference.score_variants import is_vcf, prepare_windows, read_variants, read_vcf, score_windows
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     if not variants:
         raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
                                               "and comments)")
-    genome = Genome(args.fasta)
+    genome = open_reader(args.fasta)
     model = load_model(args.ckpt).to(args.device)
     prepared = prepare_windows(genome, variants, args.window, source=str(args.variants))
     with progress_bar(len(variants), "score-variants", unit="variant", disable=args.no_progress) as bar:

@@ -88,7 +88,7 @@ def _from_worker(err: BaseException) -> UserError | None:
 
 
 def _trainer_params() -> set[str]:
-    from lightning.pytorch import Trainer
+    from lightning.pytorch import Trainer  # imported here: cli.main imports this module; keeps --help fast
 
     return set(inspect.signature(Trainer.__init__).parameters) - {"self"}
 
@@ -106,6 +106,7 @@ def _key_from_message(message: str) -> str | None:
 
 def _key_from_frames(frames: list) -> str | None:
     """The configured class whose ``__init__`` raised (innermost first): trainer, a callback, ..."""
+    # imported here: cli.main imports this module at start-up, and Lightning is slow to import
     from lightning.pytorch import Callback, Trainer
     from lightning.pytorch.loggers import Logger
     from lightning.pytorch.strategies import Strategy
@@ -140,6 +141,7 @@ def _raised_in(frames: list, prefixes: tuple[str, ...]) -> bool:
 
 def classify(err: BaseException) -> UserError | None:
     """The one line for a user-input error, or None for a bug (keep the traceback)."""
+    # imported here: cli.main imports this module at start-up; both pull in Lightning (--help stays fast)
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     from biomoe.training.callbacks import NonFiniteError

@@ -35,7 +35,7 @@ def drop_parameters(module: Any, names: list[str]) -> None:
 
 def fusers(sequential: Any) -> list[Any]:
     """The ``OperationFuser`` groups of a ``te.ops.Sequential`` (built now if not yet)."""
-    from transformer_engine.pytorch.ops.fuser import OperationFuser
+    from transformer_engine.pytorch.ops.fuser import OperationFuser  # optional dependency
 
     groups = sequential._module_groups
     if groups is None:

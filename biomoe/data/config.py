@@ -9,10 +9,13 @@ files that are not FASTA) happen when it is opened.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
+
+import docstring_parser
 
 from biomoe.errors import ConfigError
 from biomoe.checks import (boolean, check_fields, check_values, checked, field_checks, folder, integer, real,
@@ -154,10 +157,6 @@ def takes_fields_of(cls: type) -> Callable[[_F], _F]:
     ``--help``) and refuses, when the class is defined, a signature whose names or order differ
     from the fields: the dataclass stays the one place where a setting is described.
     """
-    import inspect
-
-    import docstring_parser
-
     names = [f.name for f in fields(cls)]
     described = {p.arg_name: p.description for p in docstring_parser.parse_from_object(cls).params}
 

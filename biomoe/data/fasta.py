@@ -41,6 +41,7 @@ import gzip
 import hashlib
 import json
 import os
+import struct
 import warnings
 import zlib
 from collections.abc import Iterator, Sequence
@@ -590,8 +591,6 @@ def _gzi_matches(bgzf: Path, gzi: Path) -> bool:
     """Whether a ``.gzi`` lists exactly the file's block starts (htslib's format: a count, then
     (compressed, uncompressed) offset pairs for every block but the first; the empty end-of-file
     block may be listed or not). A ``.gzi`` of another file sends reads to wrong offsets."""
-    import struct
-
     try:
         data = gzi.read_bytes()
         blocks = _bgzf_blocks(bgzf)
@@ -634,7 +633,7 @@ def _build_index(prep: _PreparedFile) -> None:
     Atomic (:func:`biomoe.files.atomic_path`) so that several processes (e.g. DDP ranks) opening
     the same genome never read a half-written index.
     """
-    import pyfaidx
+    import pyfaidx  # imported here: only to index or read a file; every command's --help imports this module
 
     try:
         with contextlib.ExitStack() as stack:
@@ -783,7 +782,7 @@ class Genome:
             self._pid = os.getpid()
         handle = self._handles.get(file_index)
         if handle is None:
-            import pyfaidx
+            import pyfaidx  # imported here: keeps start-up (--help) fast
 
             prep = self._files[file_index]
             kwargs: dict[str, object] = {

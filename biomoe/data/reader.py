@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-__all__ = ["ContigInfo", "Region", "SequenceReader", "contig_lookup", "reader_label"]
+__all__ = ["ContigInfo", "Region", "SequenceReader", "contig_lookup", "reader_label", "total_length"]
 
 Region = tuple[int, int, int]
 """(contig index, start, end): a half-open stretch of one contig that windows must lie in."""
@@ -72,3 +72,8 @@ def reader_label(reader: SequenceReader) -> str:
 def contig_lookup(reader: SequenceReader) -> dict[str, int]:
     """Contig name -> index into ``reader.contigs``."""
     return {c.name: i for i, c in enumerate(reader.contigs)}
+
+
+def total_length(reader: SequenceReader) -> int:
+    """Bases over all contigs of the reader."""
+    return sum(c.length for c in reader.contigs)

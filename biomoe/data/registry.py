@@ -8,10 +8,12 @@ of an installed package, so the command line can use a reader too) and with
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from biomoe.data.fasta import Genome
 from biomoe.data.reader import SequenceReader
 from biomoe.errors import GenomeInputError
 
@@ -47,9 +49,7 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    from importlib.metadata import entry_points
-
-    for point in entry_points(group=ENTRY_POINT_GROUP):
+    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         _READERS.setdefault(point.name.lower(), point.load())
 
 
@@ -77,6 +77,4 @@ def open_reader(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
                                      "formats; give files of one format")
     if factories and factories[0] is not None:
         return factories[0]([Path(p).expanduser() for p in items], None if cache_dir is None else Path(cache_dir))
-    from biomoe.data.fasta import Genome
-
     return Genome(paths, cache_dir=cache_dir)

@@ -33,6 +33,8 @@ from torch import Tensor
 
 from biomoe.model.config import ConfigError
 from biomoe.genomics.markov import base_codes
+from biomoe.data.reader import SequenceReader
+from biomoe.data.splits import split_genome
 from biomoe.data.tokenizer import A_ID, T_ID, NucleotideTokenizer
 
 __all__ = ["BatchScores", "RepeatExpert", "RepeatTable", "check_settings", "default_k", "fit_on_split", "fit_on_training_split",
@@ -241,14 +243,12 @@ def mix_log_likelihood(base_ll: Tensor, labels: Tensor, counts: Tensor, switch: 
     return mixed, weights_before
 
 
-def fit_on_split(genome, val_contigs: list[str] | None, val_fraction: float, k: int | None = None,
+def fit_on_split(genome: SequenceReader, val_contigs: list[str] | None, val_fraction: float, k: int | None = None,
                  tokenizer: NucleotideTokenizer | None = None, **held_out) -> RepeatTable:
-    """The table of a :class:`~biomoe.data.fasta.Genome`'s training regions under the datamodule's split
-    rule (:func:`~biomoe.data.datamodule.split_genome`; ``held_out`` its test and held-out-file settings;
-    ``val_fraction`` 0 and nothing else held out: all of it).
+    """The table of a genome's training regions (any :class:`~biomoe.data.reader.SequenceReader`) under
+    the datamodule's split rule (:func:`~biomoe.data.splits.split_genome`; ``held_out`` its test and
+    held-out-file settings; ``val_fraction`` 0 and nothing else held out: all of it).
     ``k`` None is :func:`default_k` of the training length, read from the region bounds."""
-    from biomoe.data.splits import split_genome
-
     train = split_genome(genome, val_contigs=val_contigs, val_fraction=val_fraction, **held_out).train
     k = k or default_k(sum(hi - lo for _, lo, hi in train))
     tokenizer = tokenizer or NucleotideTokenizer()

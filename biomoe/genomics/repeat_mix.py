@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 
 from biomoe.checkpoint.records import training_data_settings
 from biomoe.data.datamodule import GenomeDataModule
-from biomoe.data.fasta import Genome
+from biomoe.data.registry import open_reader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.genomics.markov import MarkovModel, training_sequences
@@ -86,7 +86,7 @@ def expert_for_checkpoint(ckpt: str, fasta: list[str] | None = None, k: int | No
     of those files (for a checkpoint whose training files moved, or any reference of your choice)."""
     check_settings(k, switch, smoothing)
     if fasta:
-        table = fit_on_split(Genome(fasta), None, 0.0, k)
+        table = fit_on_split(open_reader(fasta), None, 0.0, k)
         if not len(table):
             raise GenomeInputError(", ".join(map(str, fasta)), f"no run of {table.k + 1} A/C/G/T bases: "
                                                                "the repeat expert would be empty")
@@ -96,7 +96,7 @@ def expert_for_checkpoint(ckpt: str, fasta: list[str] | None = None, k: int | No
         raise GenomeInputError(ckpt, "records no training FASTA for the repeat expert; "
                                      "give the training sequences with --repeat-fasta")
     try:
-        genome = Genome(saved["fasta"], cache_dir=saved.get("cache_dir"))
+        genome = open_reader(saved["fasta"], cache_dir=saved.get("cache_dir"))
     except GenomeInputError as exc:
         raise GenomeInputError(exc.path, f"{exc.problem} (training FASTA recorded in {ckpt}, needed for the "
                                          "repeat expert; give it with --repeat-fasta)") from None

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.data.fasta import Genome
+from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.model.moe.router import RoutingResult, TopKRouter, expert_counts
@@ -132,7 +132,7 @@ class GenomeRouting:
 
 
 @torch.no_grad()
-def genome_routing(model: MoETransformer, counter: RoutingCounter, genome: Genome, label: str, windows: int,
+def genome_routing(model: MoETransformer, counter: RoutingCounter, genome: SequenceReader, label: str, windows: int,
                    seq_length: int, batch_size: int, progress=None) -> GenomeRouting:
     """Routing counts of one genome over its evenly spread windows (see :func:`window_starts`)."""
     tokenizer = NucleotideTokenizer()

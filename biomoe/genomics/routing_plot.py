@@ -23,7 +23,7 @@ PANELS_PER_ROW = 4
 def require_matplotlib() -> None:
     """Fail before any work when the figure cannot be drawn."""
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401  (optional dependency)
     except ImportError:
         raise GenomeInputError(None, "drawing the routing figure needs matplotlib: pip install 'biomoe[plot]' "
                                      "(or pass --no_plot)") from None
@@ -43,7 +43,7 @@ def grouped_rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, int
 def plot_routing(report: dict[str, Any], out_path: str | Path, dpi: int = 150) -> Path:
     """Draw the heatmaps of a routing report (see :func:`biomoe.genomics.routing.routing_report`)
     and write them atomically to ``out_path``."""
-    import matplotlib
+    import matplotlib  # optional dependency
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

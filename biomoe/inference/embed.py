@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.data.fasta import Genome
+from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.model.transformer import MoETransformer
 
@@ -110,13 +110,13 @@ class EmbeddingLayout:
                 "length": np.concatenate(length), "contig_names": np.array(self.names, dtype=str)}
 
 
-def _windows(genome: Genome, window: int) -> Iterator[tuple[int, int, int]]:
+def _windows(genome: SequenceReader, window: int) -> Iterator[tuple[int, int, int]]:
     for index, info in enumerate(genome.contigs):
         for start in range(0, info.length, window):
             yield index, start, min(start + window, info.length)
 
 
-def _batches(genome: Genome, window: int, batch_size: int) -> Iterator[list[tuple[int, int, int]]]:
+def _batches(genome: SequenceReader, window: int, batch_size: int) -> Iterator[list[tuple[int, int, int]]]:
     """Consecutive windows of equal length, ``batch_size`` at most (so they stack into one batch)."""
     batch: list[tuple[int, int, int]] = []
     for item in _windows(genome, window):
@@ -176,7 +176,7 @@ class _RowWriter:
 
 
 @torch.no_grad()
-def embed_genome(model: MoETransformer, genome: Genome, out: np.ndarray, layout: EmbeddingLayout,
+def embed_genome(model: MoETransformer, genome: SequenceReader, out: np.ndarray, layout: EmbeddingLayout,
                  layer: int | None = None, window: int = 1024, batch_size: int = 8, progress=None) -> np.ndarray:
     """Fill ``out`` [rows of ``layout``, hidden] with embeddings; returns the A/C/G/T count per row."""
     tokenizer = NucleotideTokenizer()

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from biomoe.data.fasta import Genome
+from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.inference.scoring import sequence_log_likelihood
 from biomoe.model.transformer import MoETransformer
@@ -31,7 +31,7 @@ class WindowMixer(Protocol):
         ...
 
 
-def score_genome(model: MoETransformer, genome: Genome, window: int = 1024, batch_size: int = 8,
+def score_genome(model: MoETransformer, genome: SequenceReader, window: int = 1024, batch_size: int = 8,
                  repeat: WindowMixer | None = None, progress=None) -> dict[str, np.ndarray]:
     """Per-base log-likelihood (nats) for every contig, window by window; with ``repeat``, of the
     network mixed with that repeat expert. ``progress`` (tqdm-like) advances by the bases scored."""

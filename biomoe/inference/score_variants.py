@@ -20,13 +20,14 @@ on stderr) rather than refused, so a VCF can be scored as it comes from a caller
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from biomoe.data.fasta import Genome
+from biomoe.data.reader import SequenceReader
 from biomoe.errors import GenomeInputError
 from biomoe.files import decode_user_text
 from biomoe.inference.scoring import sequence_log_likelihood
@@ -79,7 +80,7 @@ def read_vcf(path: str | os.PathLike[str]) -> tuple[list[Variant], int]:
     """Substitutions of a VCF/BCF (one per ALT allele) and the number of ALT alleles skipped
     (indels, symbolic alleles, records without ALT)."""
     try:
-        import pysam
+        import pysam  # optional dependency
     except ImportError:
         raise GenomeInputError(path, "reading VCF needs pysam: pip install 'biomoe[vcf]'") from None
     if not os.path.isfile(path):
@@ -122,11 +123,14 @@ def _read_table_text(path: Path) -> str:
     return decode_user_text(raw, path, "a text table", " (the variant table must be plain-text TSV: gunzip it)")
 
 
-def variant_windows(genome: Genome, variant: Variant, window: int, source: str) -> tuple[int, str, str]:
-    """(window start, ref window, alt window); checks the contig, bounds and reference allele."""
-    if variant.contig not in genome:
+def variant_windows(genome: SequenceReader, variant: Variant, window: int, source: str,
+                    lengths: Mapping[str, int] | None = None) -> tuple[int, str, str]:
+    """(window start, ref window, alt window); checks the contig, bounds and reference allele.
+    ``lengths``: contig name -> length of ``genome`` (read from its contigs when not given)."""
+    lengths = _contig_lengths(genome) if lengths is None else lengths
+    if variant.contig not in lengths:
         raise GenomeInputError(source, f"variant {variant.label()}: contig '{variant.contig}' is not in the genome")
-    length = genome.contig(variant.contig).length
+    length = lengths[variant.contig]
     begin = variant.position - 1
     end = begin + len(variant.ref)
     if end > length:
@@ -149,7 +153,7 @@ def variant_windows(genome: Genome, variant: Variant, window: int, source: str) 
 
 
 @torch.no_grad()
-def score_variants(model: MoETransformer, genome: Genome, variants: list[Variant], window: int = 1024,
+def score_variants(model: MoETransformer, genome: SequenceReader, variants: list[Variant], window: int = 1024,
                    source: str = "variants", batch_size: int = 8, progress=None) -> list[dict[str, object]]:
     """One dict per variant: the inputs plus window_start (0-based), logp_ref, logp_alt, llr (nats).
     ``progress`` (tqdm-like) advances by one per scored variant."""
@@ -157,10 +161,16 @@ def score_variants(model: MoETransformer, genome: Genome, variants: list[Variant
     return score_windows(model, variants, prepared, batch_size, progress)
 
 
-def prepare_windows(genome: Genome, variants: list[Variant], window: int,
+def prepare_windows(genome: SequenceReader, variants: list[Variant], window: int,
                     source: str = "variants") -> list[tuple[int, str, str]]:
     """Every variant's (window start, ref window, alt window): all are checked before any is scored."""
-    return [variant_windows(genome, v, window, source) for v in variants]
+    lengths = _contig_lengths(genome)
+    return [variant_windows(genome, v, window, source, lengths) for v in variants]
+
+
+def _contig_lengths(genome: SequenceReader) -> dict[str, int]:
+    """Contig name -> length, as variants name contigs."""
+    return {c.name: c.length for c in genome.contigs}
 
 
 @torch.no_grad()

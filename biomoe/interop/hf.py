@@ -181,7 +181,7 @@ def export_hf(ckpt_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     (biomoe's ids, see :mod:`biomoe.interop.hf_tokenizer`), ``generation_config.json`` (samples
     A/C/G/T only) and ``README.md`` (a model card from what the checkpoint records). ``ckpt_path``
     may be a run folder: its best checkpoint is exported."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # optional dependency
 
     ckpt_path = resolve_checkpoint(ckpt_path)
     out = Path(out_dir)
@@ -208,7 +208,7 @@ def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) 
     ``validate``/``test``; it carries no optimizer state, so it starts a new ``fit`` only as
     weights.
     """
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # optional dependency
 
     folder = Path(hf_dir)
     if not (folder / "config.json").is_file():

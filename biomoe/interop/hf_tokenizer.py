@@ -30,6 +30,7 @@ _PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # the name transformers 4
 
 def build_hf_tokenizer(fold_lowercase: bool = True, model_max_length: int | None = None):
     """A ``PreTrainedTokenizerFast`` whose ids equal ``NucleotideTokenizer(fold_lowercase).encode(s, add_bos=True)``."""
+    # optional dependencies
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -74,7 +75,7 @@ def write_tokenizer(out: Path, fold_lowercase: bool = True, model_max_length: in
 
 def hf_generation_config(vocab_size: int, max_new_tokens: int = 1024):
     """Sampling defaults: plain sampling from the model's distribution over A/C/G/T."""
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # optional dependency
 
     allowed = set(emitted_token_ids())
     return GenerationConfig(

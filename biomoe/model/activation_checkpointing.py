@@ -51,7 +51,7 @@ def checkpoint_block(function: Callable, *args: Any, preserve_rng_state: bool = 
     TE's version always caches and replays the RNG state, so ``preserve_rng_state`` only steers
     torch's."""
     if fp8_recipe_active():
-        from transformer_engine.pytorch.distributed import checkpoint as te_checkpoint
+        from transformer_engine.pytorch.distributed import checkpoint as te_checkpoint  # optional dependency
 
         # A plain callable, not the block: TE looks for its layer classes in ``modules()`` and
         # falls back to torch's checkpoint when it finds none, and our TE layers are deliberately

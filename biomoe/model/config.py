@@ -18,12 +18,12 @@ from typing import Any, ClassVar
 
 from biomoe.checks import boolean, check_fields, checked, choice, integer, optional, real, sequence_of
 from biomoe.errors import ConfigError
+from biomoe.model.moe.experts import known_backends
+from biomoe.precisions import parse_precision
 
 __all__ = ["ConfigError", "ModelConfig", "OptimConfig", "RuntimeConfig", "check_expert_parallel"]
 
 def _precision_name(value: Any) -> str | None:
-    from biomoe.precisions import parse_precision  # TE-free name table
-
     try:
         parse_precision(value)
     except (ConfigError, ValueError) as exc:
@@ -248,8 +248,6 @@ class RuntimeConfig:
         self.validate()
 
     def validate(self) -> None:
-        from biomoe.precisions import parse_precision  # TE-free name table
-
         check_fields(self)
         self.precision = parse_precision(self.precision, key="model.runtime.precision")
         if self.precision_fallback is not None:
@@ -259,8 +257,6 @@ class RuntimeConfig:
             if getattr(self, name) not in BACKEND_CHOICES:
                 raise ConfigError(f"model.runtime.{name}: {getattr(self, name)!r} is not one of "
                                   f"{', '.join(BACKEND_CHOICES)}")
-        from biomoe.model.moe.experts import known_backends
-
         if self.expert_backend not in known_backends():
             raise ConfigError(f"model.runtime.expert_backend: {self.expert_backend!r} is unknown; "
                               f"choose one of {', '.join(known_backends())}")

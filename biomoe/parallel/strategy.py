@@ -20,6 +20,7 @@ YAML::
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Generator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -135,8 +136,6 @@ class ExpertParallelStrategy(ModelParallelStrategy):
         final = Path(self.broadcast(filepath))
         tmp = final.with_name(f".{final.name}.tmp")
         if self.global_rank == 0 and tmp.exists():
-            import shutil
-
             shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
         self.barrier()
         super().save_checkpoint(checkpoint, tmp, storage_options)

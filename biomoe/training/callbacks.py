@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
@@ -242,8 +243,6 @@ def _skips_on_device(trainer: L.Trainer, optimizer: torch.optim.Optimizer) -> bo
 
 def _max_over_ranks(trainer: L.Trainer, flag: Tensor) -> Tensor:
     """OR of a device flag over all ranks, as a collective on the device (no host sync)."""
-    import torch.distributed as dist
-
     if trainer.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
         return flag
     as_int = flag.to(torch.int32)

@@ -8,6 +8,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torchmetrics import MeanMetric
 
@@ -18,6 +19,7 @@ from biomoe.model.config import ConfigError, ModelConfig, OptimConfig, RuntimeCo
 from biomoe.model.losses import LN2, masked_cross_entropy_rows, masked_cross_entropy_sum, per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
 from biomoe.training.optim import master_weight_adamw, wants_master_weights
+from biomoe.training.resume import CHECKPOINT_KEY, collect_resume_state, restore_resume_state
 
 
 class BioMoEModule(L.LightningModule):
@@ -60,8 +62,6 @@ class BioMoEModule(L.LightningModule):
         ``self.model`` beforehand (e.g. with given weights) is parallelised as it is."""
         if self.built is not None:
             return
-        from lightning.pytorch.utilities import rank_zero_info
-
         trainer = attached_trainer(self)  # None outside a Trainer (``self.trainer`` would raise)
         strategy = trainer.strategy if trainer is not None else None
         device = strategy.root_device if strategy is not None else self.device
@@ -163,13 +163,9 @@ class BioMoEModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add what exact resume needs beyond Lightning's state (router statistics, RNG)."""
-        from biomoe.training.resume import CHECKPOINT_KEY, collect_resume_state
-
         checkpoint[CHECKPOINT_KEY] = collect_resume_state(self.model)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        from biomoe.training.resume import CHECKPOINT_KEY, restore_resume_state
-
         restore_resume_state(self.model, checkpoint.get(CHECKPOINT_KEY))
 
     def log_expert_load(self) -> None:

@@ -19,6 +19,9 @@ import torch
 from torch import Tensor
 from torch.optim.adamw import adamw
 
+from biomoe.backends.te.availability import te_installed, te_usable
+from biomoe.errors import ConfigError
+
 MASTER_STATE = ("master", "exp_avg", "exp_avg_sq")
 
 
@@ -106,16 +109,13 @@ def master_weight_adamw(groups: list[dict[str, Any]], *, lr: float, betas: tuple
     Raises :class:`~biomoe.errors.ConfigError` for a choice this machine cannot run, rather than silently
     falling back (``backend: te`` without TE or CUDA, bf16 moments on the torch path).
     """
-    from biomoe.backends.te.availability import te_installed, te_usable
-    from biomoe.errors import ConfigError
-
     te_ok = te_usable(device)
     if backend == "te" and not te_ok:
         raise ConfigError("model.optim.backend: te needs Transformer Engine and the parameters on a CUDA "
                           f"device (here: {device.type}, transformer_engine "
                           f"{'installed' if te_installed() else 'not installed'}); use auto or torch")
     if backend == "te" or (backend == "auto" and te_ok):
-        from biomoe.backends.te.optim import TEAdamWWithMasterWeights
+        from biomoe.backends.te.optim import TEAdamWWithMasterWeights  # optional dependency: imports TE
 
         return TEAdamWWithMasterWeights(groups, lr=lr, betas=betas, eps=eps, moment_dtype=moment_dtype)
     if moment_dtype != "fp32":

@@ -32,7 +32,7 @@ def plot_training_curves(source: str | Path | Mapping[str, list[tuple[int, float
     :class:`~biomoe.training.history.MetricsHistory` keeps them whatever the logger; ``out_path``
     is then required)."""
     try:
-        import matplotlib
+        import matplotlib  # optional dependency
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -91,7 +91,7 @@ def plot_validation_comparison(runs: dict[str, str | Path | tuple[str | Path, st
     runs on one axis is where over-fitting (a curve that turns up) is seen at a glance."""
     runs = {label: run if isinstance(run, tuple) else (run, metric) for label, run in runs.items()}
     try:
-        import matplotlib
+        import matplotlib  # optional dependency
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -131,7 +131,7 @@ def plot_repeat_gain(windows: list[dict], out_path: str | Path, title: str) -> P
     expert, and the share of each window that follows a training k-mer: where the copies are and
     what they save. ``windows`` as :func:`biomoe.genomics.repeat_mix.score` returns them (in order)."""
     try:
-        import matplotlib
+        import matplotlib  # optional dependency
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import RichProgressBar
 
 from biomoe.compat.lightning import attached_trainer
 from biomoe.errors import ConfigError
+from biomoe.training.genome_metrics import PerGenomeMetrics
 
 __all__ = ["StepProgressBar", "check_logger_packages", "install_per_genome_metrics", "install_progress_bar",
            "quiet_lightning_tips", "set_matmul_precision"]
@@ -126,7 +127,5 @@ def install_progress_bar(trainer: Any, configured: Iterable[Any]) -> None:
 def install_per_genome_metrics(trainer: Any) -> None:
     """Per-genome held-out bits/base (:class:`~biomoe.training.genome_metrics.PerGenomeMetrics`)
     unless the config has the callback already; it logs nothing for one genome."""
-    from biomoe.training.genome_metrics import PerGenomeMetrics
-
     if not any(isinstance(cb, PerGenomeMetrics) for cb in trainer.callbacks):
         trainer.callbacks.append(PerGenomeMetrics())

@@ -13,6 +13,8 @@ from typing import Any
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from biomoe.training.history import MetricsHistory, find_history
+from biomoe.training.markov_baseline import MarkovBaseline
+from biomoe.training.plots import plot_training_curves
 
 __all__ = ["fit_summary"]
 
@@ -39,8 +41,6 @@ def _checkpoint_lines(trainer: Any) -> list[str]:
 
 
 def _markov_order(trainer: Any) -> int | None:
-    from biomoe.training.markov_baseline import MarkovBaseline
-
     return next((cb.order for cb in trainer.callbacks if isinstance(cb, MarkovBaseline)), None)
 
 
@@ -75,8 +75,6 @@ def _per_genome_line(history: MetricsHistory | None) -> str | None:
 
 
 def _plot(trainer: Any, history: MetricsHistory | None, log_dir: Path) -> Path | None:
-    from biomoe.training.plots import plot_training_curves
-
     if history is not None and history.series:
         return plot_training_curves(history.series, log_dir / "training_curves.png")
     metrics = log_dir / "metrics.csv"

@@ -28,6 +28,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import yaml
+from lightning.pytorch.accelerators import AcceleratorRegistry
+from lightning.pytorch.strategies import StrategyRegistry
+
+from biomoe.backends import expert_backend_choices
 from biomoe.data.config import DataConfig
 from biomoe.errors import GenomeInputError
 from biomoe.files import decode_user_text
@@ -78,8 +83,6 @@ def _devices(value: Any) -> str | None:
 def _accelerator(value: Any) -> str | None:
     if not isinstance(value, str):
         return None  # an Accelerator instance or class_path: Lightning checks it
-    from lightning.pytorch.accelerators import AcceleratorRegistry
-
     names = ["auto", "gpu", *AcceleratorRegistry.available_accelerators()]
     return None if value.lower() in names else f"{value!r} is not one of {', '.join(dict.fromkeys(names))}"
 
@@ -87,8 +90,6 @@ def _accelerator(value: Any) -> str | None:
 def _strategy(value: Any) -> str | None:
     if not isinstance(value, str):
         return None  # class_path form: resolved (and type-checked) by jsonargparse
-    from lightning.pytorch.strategies import StrategyRegistry
-
     names = ["auto", *StrategyRegistry.available_strategies()]
     if value.lower() in names:
         return None
@@ -129,8 +130,6 @@ def _seed(value: Any) -> str | None:
 
 def _expert_backend(value: Any) -> str | None:
     """A name in the expert-backend registry (biomoe's own backends registered), or ``auto``."""
-    from biomoe.backends import expert_backend_choices
-
     names = expert_backend_choices()
     return None if value in names else f"{value!r} is unknown; choose one of {', '.join(names)}"
 
@@ -313,8 +312,6 @@ def check_config_files(argv: Sequence[str]) -> list[str]:
     A value that is not an existing path is left to jsonargparse (it also accepts inline YAML and
     reports a missing file itself).
     """
-    import yaml
-
     files = []
     for value in config_file_args(argv):
         if not os.path.exists(value):

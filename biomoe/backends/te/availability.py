@@ -34,7 +34,7 @@ def te_installed() -> bool:
     if importlib.util.find_spec("transformer_engine") is None:
         return False
     try:
-        import transformer_engine.pytorch  # noqa: F401
+        import transformer_engine.pytorch  # noqa: F401  (optional dependency)
     except Exception:  # broken installs raise OSError/RuntimeError, not only ImportError
         return False
     return True

@@ -36,7 +36,7 @@ class TEPermuteDispatcher(TokenDispatcher):
 
     @torch.compiler.disable  # TE's permutation ops are not traceable; compiled blocks split here
     def dispatch(self, hidden: Tensor, routing: RoutingResult) -> DispatchResult:
-        from transformer_engine.pytorch import (moe_permute_and_pad_with_probs,
+        from transformer_engine.pytorch import (moe_permute_and_pad_with_probs,  # optional dependency
                                                 moe_permute_with_probs)
 
         num_tokens, top_k = routing.expert_indices.shape
@@ -61,7 +61,7 @@ class TEPermuteDispatcher(TokenDispatcher):
     @torch.compiler.disable
     def combine(self, expert_output: Tensor, dispatched: DispatchResult,
                 routing: RoutingResult, probs_applied: bool) -> Tensor:
-        from transformer_engine.pytorch import moe_unpermute
+        from transformer_engine.pytorch import moe_unpermute  # optional dependency
 
         state = dispatched.state
         if state.get("empty"):

@@ -46,7 +46,7 @@ class TERMSNorm(nn.RMSNorm):
     def build_te_norm(self, dtype: torch.dtype | None = None):
         """Create the TE module sharing our weight (at construction when the weight is on CUDA,
         else at the first CUDA forward, e.g. after meta-device initialisation)."""
-        import transformer_engine.pytorch as te
+        import transformer_engine.pytorch as te  # optional dependency
 
         eps = self.eps if self.eps is not None else torch.finfo(dtype or self.weight.dtype).eps
         te_norm = te.RMSNorm(self.normalized_shape[-1], eps=eps, device=self.weight.device,
@@ -72,7 +72,7 @@ class TECoreAttention:
 
     def _module(self):
         if self._dpa is None:
-            import transformer_engine.pytorch as te
+            import transformer_engine.pytorch as te  # optional dependency
 
             self._dpa = te.DotProductAttention(
                 self.num_heads, self.head_dim, num_gqa_groups=self.num_kv_heads,

@@ -20,6 +20,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+import torch.distributed as dist
+
 from biomoe.errors import ConfigError
 from biomoe.compat.transformer_engine import fp8_recipe_active
 from biomoe.precisions import PRECISIONS, PrecisionSpec, parse_precision
@@ -43,7 +45,7 @@ def te_support_checker(name: str) -> tuple[bool, str]:
     """TE's own verdict (it also knows CUDA/cuBLAS versions). Call only where TE imports."""
     if name == "bf16":
         return True, ""
-    from transformer_engine.pytorch import quantization as q
+    from transformer_engine.pytorch import quantization as q  # optional dependency
 
     check = {"fp8-delayed": q.check_fp8_support, "fp8-current": q.check_fp8_support,
              "fp8-block": q.check_fp8_block_scaling_support, "mxfp8": q.check_mxfp8_support,
@@ -104,7 +106,7 @@ def make_recipe(name: str) -> Any | None:
     name = parse_precision(name)
     if name == "bf16":
         return None
-    from transformer_engine.common import recipe as r
+    from transformer_engine.common import recipe as r  # optional dependency
 
     if name == "fp8-delayed":
         # HYBRID = E4M3 forward, E5M2 gradients; max over a 16-step amax history.
@@ -134,8 +136,6 @@ def amax_reduction_group() -> Any:
     """The configured group, else WORLD when torch.distributed runs with > 1 rank, else None."""
     if _AMAX_GROUP is not None:
         return _AMAX_GROUP
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return dist.group.WORLD
     return None
@@ -154,7 +154,7 @@ class PrecisionContext:
         if not self.use_te or self.recipe is None:
             yield
             return
-        import transformer_engine.pytorch as te
+        import transformer_engine.pytorch as te  # optional dependency
 
         with te.autocast(enabled=True, recipe=self.recipe,
                          amax_reduction_group=amax_reduction_group()):
@@ -168,7 +168,7 @@ def active_alignment() -> int:
     """Row alignment the active TE recipe needs per expert group (1 outside an FP8 autocast)."""
     if not fp8_recipe_active():
         return 1
-    from transformer_engine.pytorch.quantization import (FP8GlobalStateManager,
+    from transformer_engine.pytorch.quantization import (FP8GlobalStateManager,  # optional dependency
                                                          get_align_size_for_quantization)
 
     return int(get_align_size_for_quantization(FP8GlobalStateManager.get_fp8_recipe()))

@@ -34,7 +34,7 @@ class TEFusedTopKRouter(TopKRouter):
 
     @torch.compiler.disable
     def _fused_forward(self, flat: Tensor) -> RoutingResult:
-        from transformer_engine.pytorch.router import (fused_compute_score_for_moe_aux_loss,
+        from transformer_engine.pytorch.router import (fused_compute_score_for_moe_aux_loss,  # optional dependency
                                                        fused_moe_aux_loss,
                                                        fused_topk_with_score_function)
 
