@@ -12,7 +12,7 @@ import pytest
 # Lightning attaches a stderr handler to its loggers when it is first imported. The CLI imports it
 # only when a command needs it, so without this the first in-process command of a test would bind
 # that handler to the test's captured stream, which pytest closes afterwards: every later test's
-# Lightning log line would then fail with "Logging error". Importing it here binds the session's.
+# Lightning log line would then fail with "Logging error". Importing it here binds the stream pytest keeps for the whole run.
 import lightning.pytorch  # noqa: E402,F401
 
 
