@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import yaml
@@ -114,7 +114,7 @@ def shape_of(cfg: dict) -> BenchShape:
     """The FLOP-counting shape of a CLI config (micro-batch and sequence per GPU). Keys the config
     leaves out take the defaults ``cli.py fit`` trains with, not a KeyError after the fit. A config
     with dense blocks (``moe_layers``) counts its parameters per token as the model does."""
-    m = {**{name: getattr(ModelConfig, name) for name in ModelConfig.__dataclass_fields__},
+    m = {**{name: getattr(ModelConfig, name) for name in (f.name for f in fields(ModelConfig))},
          **cfg["model"]["config"]}
     data = cfg["data"]
     seq = data["seq_length"] if "seq_length" in data else _data_default("seq_length")
