@@ -23,6 +23,8 @@ file (and line), not a ``UnicodeDecodeError`` or a message without a file name.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -148,7 +150,7 @@ def _section(config_class: type, **owned_here: Check) -> dict[str, Check]:
     line (``owned_here``)."""
     declared = field_checks(config_class)
     return {f"{config_class.key_prefix}.{name}": owned_here.get(name, declared.get(name))
-            for name in config_class.__dataclass_fields__ if name in owned_here or name in declared}
+            for name in (f.name for f in fields(config_class)) if name in owned_here or name in declared}
 
 
 _LAYER_BACKENDS = {name: _BACKEND for name in LAYER_BACKEND_FIELDS}
