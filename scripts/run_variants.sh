@@ -80,7 +80,7 @@ if [ "${#CKPTS[@]}" -ge 1 ] && [ "$left" -gt 15 ]; then
   timeout "$left" $PY - "${CKPTS[@]}" <<'PY' 2>&1 | grep -v Warning | tee -a "$OUT/summary.txt"
 import itertools, math, os, sys, torch
 from biomoe.data.datamodule import GenomeDataModule
-from biomoe.inference.scoring import load_model
+from biomoe.inference.load import load_model
 from biomoe.model.losses import LN2, per_position_log_likelihood
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 dm = GenomeDataModule(fasta=["data/large/ecoli536_NC_008253.fna.gz"], seq_length=1024,

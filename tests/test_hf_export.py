@@ -14,7 +14,7 @@ pytest.importorskip("safetensors")
 from biomoe.cli.main import main as cli_main  # noqa: E402
 from biomoe.model.config import ConfigError, ModelConfig  # noqa: E402
 from biomoe.interop.hf import export_hf, import_hf  # noqa: E402
-from biomoe.inference.scoring import load_model  # noqa: E402
+from biomoe.inference.load import load_model  # noqa: E402
 from biomoe.model.transformer import MoETransformer  # noqa: E402
 from biomoe.data.tokenizer import NucleotideTokenizer  # noqa: E402
 from conftest import save_checkpoint  # noqa: E402

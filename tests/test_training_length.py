@@ -12,7 +12,8 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.inference.scoring import load_model, sequence_log_likelihood
+from biomoe.inference.load import load_model
+from biomoe.inference.scoring import sequence_log_likelihood
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.training.module import BioMoEModule
 from biomoe.training.training_length import TrainingLength, steps_for_passes

@@ -14,7 +14,14 @@ from typing import NoReturn
 
 from biomoe.checkpoint.run_folder import resolve_checkpoint
 
-__all__ = ["CommandParser", "add_device_option", "add_progress_option", "parse_model_command", "positive_int"]
+__all__ = ["CommandParser", "add_batch_tokens_option", "add_device_option", "add_progress_option", "add_runtime_options",
+           "model_from_args", "parse_model_command", "positive_int", "runtime_overrides"]
+
+RUNTIME_CHOICES = {"expert_backend": None, "attention_backend": ("auto", "torch", "te"),
+                   "norm_backend": ("auto", "torch", "te"), "router_backend": ("auto", "torch", "te"),
+                   "dispatch_backend": ("auto", "torch", "te")}
+"""The kernel options of a command that runs a model: ``--expert-backend`` ... as in
+``model.runtime`` (None: the registry's names, checked when the model is built)."""
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -52,6 +59,29 @@ def add_device_option(parser: argparse.ArgumentParser, help: str | None = "defau
     parser.add_argument("--device", default=default_device(), help=help)
 
 
+def add_runtime_options(parser: argparse.ArgumentParser) -> None:
+    """``--precision`` and the kernel options (``--expert-backend``, ``--attention-backend``, ...) of
+    a command that runs a model, with ``model.runtime``'s meaning. Unset: the kernels the checkpoint
+    was trained with where they run here, in bf16 on a CUDA device and fp32 on a CPU."""
+    group = parser.add_argument_group("how the model runs (default: as trained, bf16 on a GPU, fp32 on a CPU)")
+    group.add_argument("--precision", default=None,
+                       help="fp32 | bf16 | fp8-delayed | fp8-current | fp8-block | mxfp8 | nvfp4")
+    for name, choices in RUNTIME_CHOICES.items():
+        group.add_argument("--" + name.replace("_", "-"), default=None, choices=choices,
+                           help="auto | loop | grouped | te | te_fused" if choices is None else None)
+
+
+def runtime_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The kernel options the user set (for :func:`biomoe.inference.load.load_for_inference`)."""
+    return {name: getattr(args, name) for name in RUNTIME_CHOICES if getattr(args, name, None) is not None}
+
+
+def add_batch_tokens_option(parser: argparse.ArgumentParser) -> None:
+    """``--batch-tokens``: tokens per forward pass (windows of several contigs and files share one)."""
+    parser.add_argument("--batch-tokens", type=positive_int, default=None,
+                        help="tokens per forward pass (default: 131072 on a GPU, 8192 on a CPU)")
+
+
 def add_progress_option(parser: argparse.ArgumentParser) -> None:
     """``--no-progress``: the long commands show a progress bar on stderr unless asked not to."""
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -63,3 +93,11 @@ def parse_model_command(parser: argparse.ArgumentParser, argv: list[str]) -> arg
     args = parser.parse_args(argv)
     args.ckpt = resolve_checkpoint(args.ckpt)
     return args
+
+
+def model_from_args(args: argparse.Namespace):
+    """The checkpoint of ``args.ckpt`` built to run on ``args.device`` with the runtime options
+    (:func:`add_runtime_options`) -> :class:`~biomoe.inference.load.InferenceModel`."""
+    from biomoe.inference.load import load_for_inference  # torch and the model: only once a command runs
+
+    return load_for_inference(args.ckpt, args.device, getattr(args, "precision", None), runtime_overrides(args))

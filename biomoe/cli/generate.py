@@ -24,7 +24,7 @@ from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_write, check_outputs
 from biomoe.inference.generate import SamplingSettings, generate, parse_region
-from biomoe.inference.scoring import load_model
+from biomoe.inference.load import load_model
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]

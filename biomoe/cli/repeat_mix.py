@@ -23,7 +23,7 @@ from biomoe.files import check_outputs, write_text
 from biomoe.genomics.markov import MAX_ORDER
 from biomoe.genomics.repeat_expert import check_settings, fit_on_training_split
 from biomoe.genomics.repeat_mix import LogProbs, markov_log_probs, model_log_probs, score
-from biomoe.inference.scoring import load_model
+from biomoe.inference.load import load_model
 from biomoe.training.plots import plot_repeat_gain
 
 __all__ = ["checkpoint_log_probs", "main"]

@@ -23,7 +23,8 @@ from biomoe.errors import GenomeInputError
 from biomoe.files import check_outputs, write_text
 from biomoe.genomics.routing import RoutingCounter, genome_routing, read_report, routing_report, to_json
 from biomoe.genomics.routing_plot import plot_routing, require_matplotlib
-from biomoe.inference.scoring import check_checkpoint_file, load_model
+from biomoe.checkpoint.verify import check_checkpoint_file
+from biomoe.inference.load import load_model
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]

@@ -21,18 +21,19 @@ the table's memory, not the model, so score held-out or new sequence with it.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.cli.arguments import CommandParser, add_device_option, add_progress_option, positive_int
+from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_device_option, add_progress_option,
+                                  add_runtime_options, model_from_args, positive_int)
 from biomoe.data.reader import total_length
 from biomoe.data.registry import open_reader
 from biomoe.files import atomic_path, check_outputs
 from biomoe.genomics.repeat_mix import expert_for_checkpoint
 from biomoe.inference.score_fasta import score_genome, summary_rows
-from biomoe.inference.scoring import load_model
 from biomoe.progress import progress_bar
 
 __all__ = ["main"]
@@ -44,10 +45,13 @@ def main(argv: list[str]) -> int:
                         "its best checkpoint")
     parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
     parser.add_argument("--out", required=True, type=Path, help="output prefix: writes OUT.tsv (and OUT.npz)")
-    parser.add_argument("--window", type=positive_int, default=1024)
-    parser.add_argument("--batch-size", type=positive_int, default=8)
+    parser.add_argument("--window", type=positive_int, default=1024, help="bases per window (default %(default)s)")
+    add_batch_tokens_option(parser)
+    parser.add_argument("--batch-size", type=positive_int, default=None, help="at most this many windows per "
+                        "forward pass (default: as many as --batch-tokens holds)")
     parser.add_argument("--per-base", action="store_true", help="also write per-base scores to OUT.npz")
     add_device_option(parser, help=None)
+    add_runtime_options(parser)
     parser.add_argument("--repeat-expert", action="store_true",
                         help="mix the network with the repeat expert fitted on the checkpoint's training split")
     parser.add_argument("--repeat-fasta", nargs="+", default=None,
@@ -58,7 +62,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
     genome = open_reader(args.fasta)
-    model = load_model(args.ckpt).to(args.device)
+    model = model_from_args(args)
     repeat = None
     if args.repeat_expert or args.repeat_fasta or args.repeat_follow_copies:
         repeat = expert_for_checkpoint(args.ckpt, args.repeat_fasta, follow_copies=args.repeat_follow_copies)
@@ -69,7 +73,12 @@ def main(argv: list[str]) -> int:
     # a bad --out, or one that names an input, fails before the work, not after
     check_outputs([tsv, npz if args.per_base else None], [args.ckpt, *args.fasta, *(args.repeat_fasta or [])])
     with progress_bar(total_length(genome), "score-fasta", disable=args.no_progress) as bar:
-        per_base = score_genome(model, genome, args.window, args.batch_size, repeat, progress=bar)
+        started = time.perf_counter()
+        per_base = score_genome(model, genome, args.window, args.batch_size, repeat, progress=bar,
+                                batch_tokens=args.batch_tokens)
+        elapsed = time.perf_counter() - started
+    bases = sum(values.size for values in per_base.values())
+    print(f"scored {bases:,} bases in {elapsed:.2f} s ({bases / max(elapsed, 1e-9) / 1e6:.3f} Mbp/s)", file=sys.stderr)
     if repeat is not None and repeat.covered_fraction > 0.5:
         print(f"biomoe: warning: {repeat.covered_fraction:.0%} of the scored bases follow a k-mer of the repeat "
               "expert's training sequence: these scores measure its memory, not the model", file=sys.stderr)

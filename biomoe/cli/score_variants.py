@@ -18,7 +18,7 @@ from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_path, check_outputs
 from biomoe.inference.score_variants import is_vcf, prepare_windows, read_variants, read_vcf, score_windows
-from biomoe.inference.scoring import load_model
+from biomoe.inference.load import load_model
 from biomoe.progress import progress_bar
 
 __all__ = ["main"]

@@ -10,16 +10,19 @@ network's scores of each window into those of a mixture; mixing stays causal wit
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
 
 from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import NucleotideTokenizer
-from biomoe.inference.scoring import sequence_log_likelihood
+from biomoe.inference.batching import Window, WindowBatch
+from biomoe.inference.load import InferenceModel
+from biomoe.inference.scoring import run_log_likelihood
 from biomoe.model.transformer import MoETransformer
 
-__all__ = ["WindowMixer", "score_genome", "summary_rows"]
+__all__ = ["WindowMixer", "genome_windows", "score_genome", "summary_rows"]
 
 
 class WindowMixer(Protocol):
@@ -31,26 +34,39 @@ class WindowMixer(Protocol):
         ...
 
 
-def score_genome(model: MoETransformer, genome: SequenceReader, window: int = 1024, batch_size: int = 8,
-                 repeat: WindowMixer | None = None, progress=None) -> dict[str, np.ndarray]:
+def score_genome(model: InferenceModel | MoETransformer, genome: SequenceReader, window: int = 1024,
+                 batch_size: int | None = None, repeat: WindowMixer | None = None, progress=None,
+                 batch_tokens: int | None = None) -> dict[str, np.ndarray]:
     """Per-base log-likelihood (nats) for every contig, window by window; with ``repeat``, of the
-    network mixed with that repeat expert. ``progress`` (tqdm-like) advances by the bases scored."""
-    tokenizer = NucleotideTokenizer()
-    result: dict[str, np.ndarray] = {}
-    for info in genome.contigs:
-        starts = range(0, info.length, window)
-        scores: list[np.ndarray] = []
-        for first in range(0, len(starts), batch_size):  # a batch at a time, so progress can show
-            batch = starts[first:first + batch_size]
-            pieces = [tokenizer.encode(genome.fetch(info.name, s, min(s + window, info.length))) for s in batch]
-            batch_scores = sequence_log_likelihood(model, pieces, batch_size=batch_size)
+    network mixed with that repeat expert. Windows of all contigs (and files) share forward passes
+    of up to ``batch_tokens`` tokens (``batch_size`` caps the windows per pass); ``progress``
+    (tqdm-like) advances by the bases scored."""
+    result = {info.name: np.full(info.length, np.nan, dtype=np.float32) for info in genome.contigs}
+
+    def place(batch: WindowBatch, ll: np.ndarray) -> None:
+        for row, window_ in enumerate(batch.windows):
+            name, start = window_.key
+            scores = ll[row, :window_.ids.size]
             if repeat is not None:
-                batch_scores = [repeat.mix(ll, ids) for ll, ids in zip(batch_scores, pieces)]
-            scores.extend(batch_scores)
-            if progress is not None:
-                progress.update(sum(len(piece) for piece in pieces))
-        result[info.name] = np.concatenate(scores) if scores else np.zeros(0, dtype=np.float32)
+                scores = repeat.mix(scores, window_.ids)
+            result[name][start:start + window_.ids.size] = scores
+
+    run_log_likelihood(model, genome_windows(genome, window), place, batch_tokens, batch_size, progress=progress)
     return result
+
+
+def genome_windows(genome: SequenceReader, window: int, chunk_bases: int = 1 << 20) -> Iterator[Window]:
+    """Consecutive ``window``-base windows of every contig (the last of a contig may be shorter),
+    keyed ``(contig name, start)``; read and tokenised ``chunk_bases`` at a time, so a long contig
+    costs few reads."""
+    tokenizer = NucleotideTokenizer()
+    step = max(window, chunk_bases // window * window)
+    for info in genome.contigs:
+        for chunk_start in range(0, info.length, step):
+            chunk_end = min(chunk_start + step, info.length)
+            ids = tokenizer.encode(genome.fetch(info.name, chunk_start, chunk_end))
+            for offset in range(0, ids.size, window):
+                yield Window((info.name, chunk_start + offset), ids[offset:offset + window])
 
 
 def summary_rows(per_base: dict[str, np.ndarray]) -> list[dict[str, object]]:

@@ -1,86 +1,72 @@
-"""Load a trained model from a checkpoint and score sequences with it (no Trainer needed).
+"""Per-base log-likelihoods under a model: the forward pass every scoring command batches.
 
-Scoring tools (FASTA scoring, variant effects, HF export, the notebook) need the bare
-:class:`~biomoe.model.transformer.MoETransformer` and one function for per-base log-likelihoods; building a
-Trainer and a datamodule for that would tie offline analysis to the training set-up.
+Inputs are ``[BOS] + bases[:-1]`` exactly as in training, so position t is conditioned on the
+bases before it in the same window. Non-ACGT positions get NaN: they are never scored (the
+training loss masks them too), and neither is the N padding of a batch.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 import torch
+from torch import Tensor
 
-from biomoe.checkpoint.hparams import model_config_from
-from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.model.config import ConfigError
-from biomoe.errors import GenomeInputError
-from biomoe.model.losses import per_position_log_likelihood
-from biomoe.model.backends import LayerBackends
-from biomoe.model.transformer import MoETransformer
-from biomoe.checkpoint.verify import check_checkpoint_file, verify_checkpoint
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
+from biomoe.inference.batching import Window, WindowBatch, default_batch_tokens, pack_windows, prefetch, run_batches
+from biomoe.inference.load import InferenceModel
+from biomoe.model.losses import per_position_log_likelihood
+from biomoe.model.transformer import MoETransformer
 
-__all__ = ["load_model", "sequence_log_likelihood"]
-
-
-def load_model(ckpt_path: str | os.PathLike[str], map_location: str = "cpu",
-               expert_backend: str | None = "grouped") -> MoETransformer:
-    """MoETransformer with the weights of a Lightning checkpoint (or of a run folder's best one), in eval mode.
-
-    ``expert_backend`` overrides the training backend (a checkpoint trained with TE kernels must be
-    scorable on a CPU); the weights are the same for every backend.
-    """
-    path = resolve_checkpoint(ckpt_path)  # a run folder -> its best checkpoint (said on stderr)
-    check_checkpoint_file(path)
-    if os.path.isdir(path):
-        raise GenomeInputError(path, "is a folder (a distributed checkpoint?); this needs a checkpoint file: "
-                                     f"python -m biomoe.checkpoint.distributed {path} model.ckpt")
-    try:
-        # integrity, structure, shapes against its hyper-parameters, finite weights: one line each
-        ckpt = verify_checkpoint(path)
-        cfg = model_config_from((ckpt.get("hyper_parameters") or {}).get("config"))
-        model = MoETransformer(cfg, LayerBackends(experts=expert_backend or "grouped"))
-        state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-        model.load_state_dict(state)
-    except (GenomeInputError, ConfigError):
-        raise
-    except Exception as exc:  # a torch file that is not a biomoe checkpoint, or a damaged one
-        detail = " ".join(str(exc).split())
-        detail = detail if len(detail) <= 200 else detail[:200] + "..."
-        raise GenomeInputError(path, f"cannot load as a biomoe checkpoint ({type(exc).__name__}: {detail})") from None
-    return model.eval()
+__all__ = ["log_likelihood_of", "run_log_likelihood", "sequence_log_likelihood"]
 
 
-@torch.no_grad()
-def sequence_log_likelihood(model: MoETransformer, sequences: list[str] | list[np.ndarray],
-                            tokenizer: NucleotideTokenizer | None = None, batch_size: int = 8) -> list[np.ndarray]:
-    """Per-base log p(base | preceding bases) in nats for each sequence (fp32 numpy arrays).
+def log_likelihood_of(model: InferenceModel, labels: Tensor) -> Tensor:
+    """log p(base | preceding bases of the row) in nats, fp32 ``[rows, length]``, NaN where the
+    base is not A/C/G/T."""
+    inputs = torch.cat([torch.full_like(labels[:, :1], BOS_ID), labels[:, :-1]], dim=1)
+    logll = per_position_log_likelihood(model(inputs).logits, labels)
+    return torch.where(NucleotideTokenizer.unambiguous_mask(labels), logll, torch.full_like(logll, float("nan")))
 
-    Inputs are ``[BOS] + bases[:-1]`` exactly as in training, so position t is conditioned on the
-    bases before it in the same sequence. Non-ACGT positions get NaN: they are never scored (the
-    training loss masks them too). Sequences of equal length are batched together.
-    """
+
+def run_log_likelihood(model: InferenceModel | MoETransformer, windows: Iterable[Window],
+                       consume: Callable[[WindowBatch, np.ndarray], object], batch_tokens: int | None = None,
+                       max_rows: int | None = None, reduce: Callable[[Tensor], Mapping[str, Tensor]] | None = None,
+                       progress=None) -> None:
+    """Score ``windows`` in batches of up to ``batch_tokens`` tokens; ``consume(batch, ll)`` gets
+    each batch's ``[rows, longest]`` per-base scores (or, with ``reduce``, what it makes of them on
+    the device, e.g. per-row sums) in input order. ``progress`` advances by the bases scored."""
+    model = InferenceModel.wrap(model)
+    budget = batch_tokens or default_batch_tokens(model.device)
+    batches = prefetch(pack_windows(windows, budget, max_rows, pin=model.device.type == "cuda"))
+
+    def compute(tokens: Tensor, batch: WindowBatch) -> Mapping[str, Tensor]:
+        ll = log_likelihood_of(model, tokens)
+        return reduce(ll) if reduce is not None else {"ll": ll}
+
+    def finish(batch: WindowBatch, out: dict[str, np.ndarray]) -> None:
+        consume(batch, out if reduce is not None else out["ll"])
+        if progress is not None:
+            progress.update(batch.real_tokens)
+
+    run_batches(batches, model.device, compute, finish)
+
+
+def sequence_log_likelihood(model: InferenceModel | MoETransformer, sequences: list[str] | list[np.ndarray],
+                            tokenizer: NucleotideTokenizer | None = None, batch_size: int | None = None,
+                            batch_tokens: int | None = None) -> list[np.ndarray]:
+    """Per-base log p(base | preceding bases) in nats for each sequence (fp32 numpy arrays), each
+    sequence read from its own start; sequences are batched up to ``batch_tokens`` tokens
+    (``batch_size`` caps the sequences per batch)."""
     tokenizer = tokenizer or NucleotideTokenizer()
     ids = [tokenizer.encode(s) if isinstance(s, str) else np.asarray(s, dtype=np.int64) for s in sequences]
-    device = next(model.parameters()).device
-    out: list[np.ndarray | None] = [None] * len(ids)
-    by_length: dict[int, list[int]] = {}
-    for i, arr in enumerate(ids):
-        by_length.setdefault(len(arr), []).append(i)
-    for length, members in by_length.items():
-        for start in range(0, len(members), batch_size):
-            chunk = members[start:start + batch_size]
-            labels = torch.from_numpy(np.stack([ids[i] for i in chunk])).to(device)
-            if length == 0:
-                for i in chunk:
-                    out[i] = np.zeros(0, dtype=np.float32)
-                continue
-            inputs = torch.cat([torch.full_like(labels[:, :1], BOS_ID), labels[:, :-1]], dim=1)
-            logll = per_position_log_likelihood(model(inputs).logits, labels)
-            logll = torch.where(tokenizer.unambiguous_mask(labels), logll, torch.full_like(logll, float("nan")))
-            for row, i in enumerate(chunk):
-                out[i] = logll[row].float().cpu().numpy()
-    return out  # type: ignore[return-value]
+    out: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(ids)
+
+    def keep(batch: WindowBatch, ll: np.ndarray) -> None:
+        for row, window in enumerate(batch.windows):
+            out[window.key] = ll[row, :window.ids.size].copy()
+
+    run_log_likelihood(model, (Window(i, arr) for i, arr in enumerate(ids) if arr.size), keep, batch_tokens,
+                       batch_size)
+    return out

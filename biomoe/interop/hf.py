@@ -32,7 +32,7 @@ from biomoe.files import atomic_path, check_outputs, write_text
 from biomoe.checkpoint.verify import check_finite
 from biomoe.checkpoint.save import atomic_torch_save
 from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.inference.scoring import load_model
+from biomoe.inference.load import load_model
 from biomoe.model.transformer import MoETransformer
 from biomoe.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from biomoe.interop.hf_tokenizer import write_generation_config, write_tokenizer

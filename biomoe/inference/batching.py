@@ -1,0 +1,190 @@
+"""Windows of sequence in, per-window results out, with the device never waiting for the host.
+
+Every throughput command (score-fasta, score-variants, embed) is the same loop: cut the input into
+windows, run the network on many windows at once, hand each window's result to a writer. Done
+naively (one window, then a copy back, then the next) the GPU idles while Python reads FASTA,
+tokenises and writes. Here the three stages overlap:
+
+1. a background thread reads and tokenises windows and packs them into pinned host batches of up
+   to ``batch_tokens`` tokens (:func:`pack_windows`, :func:`prefetch`);
+2. the main thread copies a batch to the device without blocking and queues its forward pass and
+   the copy of its (small) results back into pinned memory;
+3. a batch's results are handed to the writer only once the device has finished it, while the next
+   batches are already queued, so the host synchronises once per batch, a batch behind.
+
+Windows of different lengths share a batch, padded on the right: the network is causal and routes
+every token on its own (no capacity limit), so padding changes no real position's result.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from biomoe.data.tokenizer import N_ID
+
+__all__ = ["DEFAULT_BATCH_TOKENS", "Window", "WindowBatch", "default_batch_tokens", "pack_windows", "prefetch",
+           "run_batches"]
+
+DEFAULT_BATCH_TOKENS = {"cuda": 1 << 17, "cpu": 1 << 13}
+"""Tokens per forward pass by device type: enough to fill an H200 with a hidden-512 network, and
+small enough on a CPU that progress moves."""
+
+T = TypeVar("T")
+
+
+def default_batch_tokens(device: torch.device | str) -> int:
+    return DEFAULT_BATCH_TOKENS.get(torch.device(device).type, DEFAULT_BATCH_TOKENS["cpu"])
+
+
+@dataclass(frozen=True)
+class Window(Generic[T]):
+    """One stretch of tokens and whatever the writer needs to place its result (``key``)."""
+
+    key: T
+    ids: np.ndarray  # int64 token ids
+
+
+@dataclass
+class WindowBatch(Generic[T]):
+    """Windows stacked into one ``[rows, longest]`` int64 tensor (pinned on a CUDA run), right-padded
+    with N; ``lengths[i]`` is the real length of row i."""
+
+    windows: list[Window[T]]
+    tokens: Tensor
+    lengths: np.ndarray
+
+    @property
+    def real_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+def pack_windows(windows: Iterable[Window[T]], batch_tokens: int, max_rows: int | None = None,
+                 pin: bool = False) -> Iterator[WindowBatch[T]]:
+    """Group consecutive windows into batches whose padded size ``rows x longest`` stays within
+    ``batch_tokens`` (a window longer than the budget is a batch of its own); ``max_rows`` caps the
+    rows. Order is kept, so writers see windows in input order."""
+    pending: list[Window[T]] = []
+    longest = 0
+
+    def emit() -> WindowBatch[T]:
+        lengths = np.array([w.ids.size for w in pending], dtype=np.int64)
+        tokens = torch.full((len(pending), int(lengths.max(initial=1))), N_ID, dtype=torch.long,
+                            pin_memory=pin)
+        view = tokens.numpy()
+        for row, window in enumerate(pending):
+            view[row, :window.ids.size] = window.ids
+        return WindowBatch(list(pending), tokens, lengths)
+
+    for window in windows:
+        grown = max(longest, int(window.ids.size))
+        if pending and (grown * (len(pending) + 1) > batch_tokens or (max_rows and len(pending) >= max_rows)):
+            yield emit()
+            pending.clear()
+            grown = int(window.ids.size)
+        pending.append(window)
+        longest = grown
+    if pending:
+        yield emit()
+
+
+_DONE = object()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def prefetch(items: Iterable[T], depth: int = 4) -> Iterator[T]:
+    """``items`` produced by a background thread, at most ``depth`` ahead of the consumer.
+
+    Reading FASTA (decompression, pysam) and tokenising release the GIL for most of their time, so a
+    thread overlaps them with the device's work. An exception in the producer is raised here, in the
+    consumer, at the point its item would have come; a consumer that stops early stops the thread."""
+    channel: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        channel.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            channel.put(_DONE)
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            channel.put(_Failure(exc))
+
+    worker = threading.Thread(target=produce, name="biomoe-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = channel.get()
+            if item is _DONE:
+                return
+            if isinstance(item, _Failure):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                channel.get_nowait()
+            except queue.Empty:
+                worker.join(timeout=0.05)
+
+
+@dataclass
+class _InFlight(Generic[T]):
+    batch: WindowBatch[T]
+    host: dict[str, Tensor]
+    done: torch.cuda.Event | None
+
+
+def run_batches(batches: Iterable[WindowBatch[T]], device: torch.device,
+                compute: Callable[[Tensor, WindowBatch[T]], Mapping[str, Tensor]],
+                consume: Callable[[WindowBatch[T], dict[str, np.ndarray]], Any], in_flight: int = 2) -> None:
+    """For each batch: ``compute(device tokens, batch)`` -> named device tensors, copied back and
+    handed to ``consume(batch, numpy arrays)`` in order, up to ``in_flight`` batches after they were
+    queued (CUDA), or at once (CPU)."""
+    pending: deque[_InFlight[T]] = deque()
+    cuda = device.type == "cuda"
+
+    def finish(item: _InFlight[T]) -> None:
+        if item.done is not None:
+            item.done.synchronize()
+        consume(item.batch, {name: t.numpy() for name, t in item.host.items()})
+
+    for batch in batches:
+        tokens = batch.tokens.to(device, non_blocking=cuda)
+        outputs = compute(tokens, batch)
+        host: dict[str, Tensor] = {}
+        for name, value in outputs.items():
+            if cuda:
+                buffer = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+                buffer.copy_(value, non_blocking=True)
+                host[name] = buffer
+            else:
+                host[name] = value.detach().cpu()
+        done = None
+        if cuda:
+            done = torch.cuda.Event()
+            done.record()
+        pending.append(_InFlight(batch, host, done))
+        while len(pending) > in_flight or (pending and pending[0].done is not None and pending[0].done.query()):
+            finish(pending.popleft())
+    while pending:
+        finish(pending.popleft())

@@ -1,0 +1,223 @@
+"""A checkpoint as a model ready to run: the one load path of every command that uses a trained model.
+
+Scoring, embedding, variant effects, generation and routing all run the network exactly as
+training builds it: :func:`biomoe.build.build_model` with a
+:class:`~biomoe.model.config.RuntimeConfig`, so the same kernels (TE attention, norm, router and
+permute, grouped experts, an FP8 recipe where asked) run in inference as in ``fit``, and the same
+``biomoe kernels on ...`` line says which.
+
+What differs from training is only what inference does not need:
+
+* weights are stored in the compute dtype (``bf16`` on a GPU: no fp32 master copy, no autocast
+  casts per matmul), except the routers, which stay fp32 because small logit differences decide
+  which experts a base goes to (training computes them in fp32 too);
+* no activation checkpointing, no dropout (eval mode), no autograd (``torch.inference_mode``).
+
+The default precision is ``bf16`` on a CUDA device and ``fp32`` on a CPU (the reference path, whose
+numbers CI checks). ``fp32`` on a GPU runs the torch kernels in fp32 throughout, for comparison.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from biomoe.backends.select import select_backends
+from biomoe.build import BuiltModel, build_model
+from biomoe.checkpoint.hparams import model_config_from
+from biomoe.checkpoint.run_folder import resolve_checkpoint
+from biomoe.checkpoint.verify import check_checkpoint_file, verify_checkpoint
+from biomoe.errors import ConfigError, GenomeInputError
+from biomoe.model.config import LAYER_BACKEND_FIELDS, ModelConfig, RuntimeConfig
+from biomoe.model.moe.router import TopKRouter
+from biomoe.model.transformer import ModelOutput, MoETransformer
+from biomoe.precisions import PRECISIONS, parse_precision
+
+__all__ = ["INFERENCE_PRECISIONS", "InferenceModel", "inference_runtime", "load_for_inference", "load_model",
+           "prepare_model", "weights_dtype"]
+
+INFERENCE_PRECISIONS: tuple[str, ...] = ("fp32", *PRECISIONS)
+"""What ``--precision`` accepts: ``fp32`` (weights and compute in fp32, torch kernels) or one of
+the training precisions (weights in bf16; an FP8/FP4 name also enters its TE recipe)."""
+
+RUNTIME_OVERRIDES: tuple[str, ...] = ("expert_backend", *LAYER_BACKEND_FIELDS, "compile")
+"""RuntimeConfig fields a command may set for inference (the rest do not apply to it)."""
+
+
+def default_precision(device: torch.device | str) -> str:
+    """bf16 on a CUDA device, fp32 elsewhere."""
+    return "bf16" if torch.device(device).type == "cuda" else "fp32"
+
+
+def weights_dtype(precision: str) -> torch.dtype:
+    return torch.float32 if precision == "fp32" else torch.bfloat16
+
+
+def parse_inference_precision(name: str, key: str = "--precision") -> str:
+    """``fp32`` or a training precision name, normalised; one line naming ``key`` otherwise."""
+    normalised = str(name).strip().lower().replace("_", "-")
+    if normalised in ("fp32", "32", "32-true", "float32"):
+        return "fp32"
+    if normalised in ("bf16-true", "bf16-mixed", "bfloat16"):
+        return "bf16"
+    try:
+        return parse_precision(normalised, key=key)
+    except ConfigError:
+        raise ConfigError(f"{key}: {name!r} is unknown; choose one of {', '.join(INFERENCE_PRECISIONS)}") from None
+
+
+def inference_runtime(device: torch.device | str, precision: str | None = None,
+                      recorded: Mapping[str, Any] | RuntimeConfig | None = None,
+                      overrides: Mapping[str, Any] | None = None,
+                      config: ModelConfig | None = None) -> tuple[RuntimeConfig, str]:
+    """``(RuntimeConfig, precision)`` for running a model on ``device``.
+
+    ``recorded`` is the runtime the checkpoint was trained with: its kernel choices are kept where
+    they can run here (a model trained with TE kernels is still scored on a laptop, with torch's);
+    ``overrides`` are the user's, and one that cannot run here is an error, never a substitute.
+    ``fp32`` turns every layer to torch (TE kernels compute in bf16/fp16 only)."""
+    device = torch.device(device)
+    precision = parse_inference_precision(precision) if precision is not None else default_precision(device)
+    fields: dict[str, Any] = {}
+    if isinstance(recorded, RuntimeConfig):
+        recorded = dataclasses.asdict(recorded)
+    for name in RUNTIME_OVERRIDES:
+        if isinstance(recorded, Mapping) and name in recorded and name != "compile":
+            fields[name] = recorded[name]
+    if precision == "fp32":
+        fields.update({name: "torch" for name in LAYER_BACKEND_FIELDS})
+        fields["expert_backend"] = "grouped"  # the per-expert loop where _grouped_mm has no fp32 kernel
+    fields.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    runtime_precision = "bf16" if precision == "fp32" else precision
+    try:
+        runtime = RuntimeConfig(precision=runtime_precision, **fields)
+    except (ConfigError, TypeError):
+        runtime = None
+    if runtime is None or not _runs_here(runtime, device, config):
+        # the recorded choices do not run here: auto for those, the user's choices kept
+        fields = {k: v for k, v in fields.items() if k not in (recorded or {}) or k in (overrides or {})}
+        runtime = RuntimeConfig(precision=runtime_precision, **fields)
+    return runtime, precision
+
+
+def _runs_here(runtime: RuntimeConfig, device: torch.device, config: ModelConfig | None) -> bool:
+    try:
+        select_backends(config or ModelConfig(), runtime, device)
+    except ConfigError:
+        return False
+    return True
+
+
+@dataclass
+class InferenceModel:
+    """A network ready to run: the module, what it was built with, and where it runs.
+
+    Calling it runs a forward under ``torch.inference_mode`` and the precision recipe; the engines
+    in :mod:`biomoe.inference` take it (or a bare :class:`MoETransformer`, wrapped by
+    :meth:`wrap`)."""
+
+    module: MoETransformer
+    device: torch.device
+    dtype: torch.dtype
+    precision: str
+    built: BuiltModel | None = None
+    path: str | None = None
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.module.config
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """inference mode + the precision recipe around a forward."""
+        autocast = self.built.autocast() if self.built is not None else contextlib.nullcontext()
+        with torch.inference_mode(), autocast:
+            yield
+
+    def __call__(self, input_ids: torch.Tensor, **kwargs: Any) -> ModelOutput:
+        with self.running():
+            return self.module(input_ids, **kwargs)
+
+    @classmethod
+    def wrap(cls, model: InferenceModel | MoETransformer) -> InferenceModel:
+        """An InferenceModel as is; a bare module as it stands (its device and dtype, no recipe)."""
+        if isinstance(model, InferenceModel):
+            return model
+        param = next(model.parameters())
+        dtype = param.dtype
+        return cls(model.eval(), param.device, dtype, "fp32" if dtype == torch.float32 else "bf16")
+
+
+def _announce(line: str) -> None:
+    """The kernel line goes to stdout, beside the command's other reports: stderr stays for the
+    progress bar, warnings and the one-line errors."""
+    print(line, flush=True)
+
+
+def prepare_model(config: ModelConfig, state: Mapping[str, torch.Tensor] | None, device: torch.device | str,
+                  precision: str | None = None, runtime: RuntimeConfig | None = None,
+                  overrides: Mapping[str, Any] | None = None,
+                  announce: Callable[[str], None] = _announce, path: str | None = None) -> InferenceModel:
+    """Build ``config`` through :func:`build_model` on ``device`` and load ``state`` (``model.``
+    prefix stripped) into it; ``runtime`` is the recorded one (see :func:`inference_runtime`)."""
+    device = torch.device(device)
+    runtime, precision = inference_runtime(device, precision, runtime, overrides, config)
+    dtype = weights_dtype(precision)
+    quiet: list[str] = []
+    with torch.device(device):
+        built = build_model(config, runtime, device, announce=quiet.append)
+    model = built.model
+    if state is not None:
+        model.load_state_dict(state)
+    model.to(dtype)
+    for module in model.modules():  # routing decisions stay fp32 (see the module docstring)
+        if isinstance(module, TopKRouter):
+            module.float()
+    model.eval().requires_grad_(False)
+    built.announce = announce
+    weights = "fp32" if dtype == torch.float32 else "bf16"
+    announce(built.selection.summary(None).replace(
+        "precision=no TE recipe (trainer.precision decides)", f"precision={weights} (no TE recipe)")
+        + f" | weights={weights} | inference")
+    return InferenceModel(model, device, dtype, precision, built, path)
+
+
+def load_for_inference(ckpt_path: str | os.PathLike[str], device: torch.device | str = "cpu",
+                       precision: str | None = None, overrides: Mapping[str, Any] | None = None,
+                       announce: Callable[[str], None] = _announce) -> InferenceModel:
+    """The model of a Lightning checkpoint (or of a run folder's best one), built to run on
+    ``device`` in ``precision`` (default: bf16 on CUDA, fp32 on CPU). Every problem with the file
+    is one :class:`~biomoe.errors.GenomeInputError` line naming it."""
+    path = resolve_checkpoint(ckpt_path)  # a run folder -> its best checkpoint (said on stderr)
+    check_checkpoint_file(path)
+    if os.path.isdir(path):
+        raise GenomeInputError(path, "is a folder (a distributed checkpoint?); this needs a checkpoint file: "
+                                     f"python -m biomoe.checkpoint.distributed {path} model.ckpt")
+    try:
+        # integrity, structure, shapes against its hyper-parameters, finite weights: one line each
+        ckpt = verify_checkpoint(path)
+        hparams = ckpt.get("hyper_parameters") or {}
+        cfg = model_config_from(hparams.get("config"))
+        state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+        recorded = hparams.get("runtime") if isinstance(hparams.get("runtime"), (Mapping, RuntimeConfig)) else None
+        return prepare_model(cfg, state, device, precision, recorded, overrides, announce, str(path))
+    except (GenomeInputError, ConfigError):
+        raise
+    except Exception as exc:  # a torch file that is not a biomoe checkpoint, or a damaged one
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 200 else detail[:200] + "..."
+        raise GenomeInputError(path, f"cannot load as a biomoe checkpoint ({type(exc).__name__}: {detail})") from None
+
+
+def load_model(ckpt_path: str | os.PathLike[str], map_location: str = "cpu",
+               expert_backend: str | None = None) -> MoETransformer:
+    """The fp32 reference model of a checkpoint on the CPU, in eval mode (HF export, notebooks):
+    :func:`load_for_inference` with torch kernels in fp32."""
+    overrides = {"expert_backend": expert_backend} if expert_backend else None
+    return load_for_inference(ckpt_path, map_location, "fp32", overrides, announce=lambda line: None).module
