@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from biomoe.checkpoint.records import training_seq_length
-from biomoe.cli.arguments import (CommandParser, add_device_option, add_progress_option, parse_model_command,
-                                  positive_int)
+from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_device_option, add_progress_option,
+                                  add_runtime_options, model_from_args, parse_model_command, positive_int)
 from biomoe.data.reader import total_length
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_write, check_outputs
 from biomoe.inference.embed import POOLS, EmbeddingLayout, embed_genome, parse_layer
-from biomoe.inference.load import load_model
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]
@@ -43,10 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pool-size", type=positive_int, default=1000, help="bases per row with --pool window (default %(default)s)")
     parser.add_argument("--window", type=positive_int, default=None,
                         help="bases the model reads at once (default: the checkpoint's training seq_length)")
-    parser.add_argument("--batch-size", type=positive_int, default=8, help="windows per forward pass (default %(default)s)")
+    add_batch_tokens_option(parser)
+    parser.add_argument("--batch-size", type=positive_int, default=None,
+                        help="at most this many windows per forward pass (default: as many as --batch-tokens holds)")
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                         help="of the stored embeddings (default %(default)s)")
     add_device_option(parser)
+    add_runtime_options(parser)
     add_progress_option(parser)
     return parser
 
@@ -57,7 +61,7 @@ def main(argv: list[str]) -> int:
     check_outputs([args.out], [args.ckpt, *genome.paths])
     if args.out.suffix != ".npz":
         raise GenomeInputError(args.out, "--out must end in .npz")
-    model = load_model(args.ckpt).to(args.device)
+    model = model_from_args(args)
     try:
         layer = parse_layer(args.layer, model.config.num_layers)
     except ValueError as exc:
@@ -74,7 +78,10 @@ def main(argv: list[str]) -> int:
     try:
         out = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.dtype(args.dtype), shape=(rows, hidden))
         with progress_bar(total_length(genome), "embed", disable=args.no_progress) as bar:
-            bases = embed_genome(model, genome, out, layout, layer, window, args.batch_size, progress=bar)
+            started = time.perf_counter()
+            bases = embed_genome(model, genome, out, layout, layer, window, args.batch_size, progress=bar,
+                                 batch_tokens=args.batch_tokens)
+            elapsed = time.perf_counter() - started
         out.flush()
         arrays = {"embeddings": out, **index, "bases": bases,
                   "layer": np.array("final" if layer is None else str(layer)), "pool": np.array(args.pool)}
@@ -83,6 +90,8 @@ def main(argv: list[str]) -> int:
         del out, arrays
     finally:
         Path(scratch).unlink(missing_ok=True)
+    done = int(total_length(genome))
+    print(f"embedded {done:,} bases in {elapsed:.2f} s ({done / max(elapsed, 1e-9) / 1e6:.3f} Mbp/s)", file=sys.stderr)
     print(f"wrote {args.out} ({rows:,} x {hidden} embeddings, layer {'final' if layer is None else layer}, "
           f"pool {args.pool})")
     return 0

@@ -22,16 +22,22 @@ from biomoe.data.datamodule import GenomeDataModule
 from biomoe.files import check_outputs, write_text
 from biomoe.genomics.markov import MAX_ORDER
 from biomoe.genomics.repeat_expert import check_settings, fit_on_training_split
-from biomoe.genomics.repeat_mix import LogProbs, markov_log_probs, model_log_probs, score
-from biomoe.inference.load import load_model
+from biomoe.genomics.repeat_mix import LogProbs, markov_log_probs, score
+from biomoe.inference.load import load_for_inference
 from biomoe.training.plots import plot_repeat_gain
 
 __all__ = ["checkpoint_log_probs", "main"]
 
 
 def checkpoint_log_probs(path: str, device: torch.device) -> LogProbs:
-    """The network of checkpoint ``path``, on ``device``, as the base model of the mixture."""
-    return model_log_probs(load_model(path, map_location="cpu").to(device).eval())
+    """The network of checkpoint ``path``, built to run on ``device`` (bf16 and the training
+    kernels on a GPU), as the base model of the mixture."""
+    loaded = load_for_inference(path, device)
+
+    def log_probs(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.log_softmax(loaded(batch["input_ids"].to(loaded.device)).logits.float(), dim=-1)
+
+    return log_probs
 
 
 def main(argv: list[str]) -> int:

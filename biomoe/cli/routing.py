@@ -24,7 +24,7 @@ from biomoe.files import check_outputs, write_text
 from biomoe.genomics.routing import RoutingCounter, genome_routing, read_report, routing_report, to_json
 from biomoe.genomics.routing_plot import plot_routing, require_matplotlib
 from biomoe.checkpoint.verify import check_checkpoint_file
-from biomoe.inference.load import load_model
+from biomoe.inference.load import load_for_inference
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]
@@ -96,16 +96,18 @@ def main(argv: list[str]) -> int:
         require_matplotlib()
     check_outputs([args.out, plot], [ckpt, *paths])
     device = _device(args.device)
-    # load_model builds the plain torch router (the TE router needs a GPU and gives the same
-    # choices); the hooks would count a TE router's choices just the same.
-    model = load_model(ckpt).to(device)
+    # The hooks count the choices of whichever router the build picked (TE's fused router gives the
+    # torch router's choices; both route in fp32).
+    loaded = load_for_inference(ckpt, device)
+    model = loaded.module
     counter = RoutingCounter(model)
     seq_length = args.seq_length or training_seq_length(ckpt) or 1024
     results = []
     with progress_bar(len(genomes) * args.windows * seq_length, "routing", disable=args.no_progress) as bar:
         for genome, label in zip(genomes, labels):
-            results.append(genome_routing(model, counter, genome, label, args.windows, seq_length,
-                                          args.batch_size, progress=bar))
+            with loaded.running():
+                results.append(genome_routing(model, counter, genome, label, args.windows, seq_length,
+                                              args.batch_size, progress=bar))
     report = routing_report(results, counter.layers, counter.num_experts, counter.top_k, seq_length, args.windows,
                             str(ckpt), shlex.join(["biomoe", "routing", *argv]))
     write_text(args.out, to_json(report))

@@ -9,16 +9,17 @@ row per variant: the inputs, window_start (0-based), logp_ref, logp_alt and llr 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 
 from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.cli.arguments import CommandParser, add_device_option, add_progress_option, positive_int
+from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_device_option, add_progress_option,
+                                  add_runtime_options, model_from_args, positive_int)
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_path, check_outputs
 from biomoe.inference.score_variants import is_vcf, prepare_windows, read_variants, read_vcf, score_windows
-from biomoe.inference.load import load_model
 from biomoe.progress import progress_bar
 
 __all__ = ["main"]
@@ -30,8 +31,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--variants", required=True, type=Path,
                         help="TSV (contig, position 1-based, ref, alt) or VCF/BCF (.vcf, .vcf.gz, .bcf)")
     parser.add_argument("--out", required=True, type=Path, help="output TSV")
-    parser.add_argument("--window", type=positive_int, default=1024)
+    parser.add_argument("--window", type=positive_int, default=1024, help="bases per window (default %(default)s)")
+    add_batch_tokens_option(parser)
     add_device_option(parser, help=None)
+    add_runtime_options(parser)
     add_progress_option(parser)
     args = parser.parse_args(argv)
     args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
@@ -49,10 +52,14 @@ def main(argv: list[str]) -> int:
         raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
                                               "and comments)")
     genome = open_reader(args.fasta)
-    model = load_model(args.ckpt).to(args.device)
-    prepared = prepare_windows(genome, variants, args.window, source=str(args.variants))
+    prepared = prepare_windows(genome, variants, args.window, source=str(args.variants))  # all checked first
+    model = model_from_args(args)
     with progress_bar(len(variants), "score-variants", unit="variant", disable=args.no_progress) as bar:
-        rows = score_windows(model, variants, prepared, progress=bar)
+        started = time.perf_counter()
+        rows = score_windows(model, variants, prepared, progress=bar, batch_tokens=args.batch_tokens)
+        elapsed = time.perf_counter() - started
+    print(f"scored {len(rows):,} variants in {elapsed:.2f} s ({len(rows) / max(elapsed, 1e-9):,.0f} variants/s)",
+          file=sys.stderr)
     columns = ["contig", "position", "ref", "alt", "window_start", "logp_ref", "logp_alt", "llr"]
     with atomic_path(args.out) as target, open(target, "w") as handle:
         handle.write("\t".join(columns) + "\n")

@@ -29,10 +29,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.data.tokenizer import N_ID
+from biomoe.data.reader import SequenceReader
+from biomoe.data.tokenizer import N_ID, NucleotideTokenizer
 
-__all__ = ["DEFAULT_BATCH_TOKENS", "Window", "WindowBatch", "default_batch_tokens", "pack_windows", "prefetch",
-           "run_batches"]
+__all__ = ["DEFAULT_BATCH_TOKENS", "Window", "WindowBatch", "batches_for", "default_batch_tokens", "genome_windows", "pack_windows",
+           "prefetch", "run_batches"]
 
 DEFAULT_BATCH_TOKENS = {"cuda": 1 << 17, "cpu": 1 << 13}
 """Tokens per forward pass by device type: enough to fill an H200 with a hidden-512 network, and
@@ -43,6 +44,15 @@ T = TypeVar("T")
 
 def default_batch_tokens(device: torch.device | str) -> int:
     return DEFAULT_BATCH_TOKENS.get(torch.device(device).type, DEFAULT_BATCH_TOKENS["cpu"])
+
+
+def batches_for(windows: Iterable[Window[T]], device: torch.device, batch_tokens: int | None = None,
+                max_rows: int | None = None) -> Iterator[WindowBatch[T]]:
+    """:func:`pack_windows` read ahead in a background thread, as ``device`` wants them: pinned and
+    mixing window lengths on CUDA (bf16 rounding dwarfs padding's), unpadded on a CPU."""
+    cuda = device.type == "cuda"
+    return prefetch(pack_windows(windows, batch_tokens or default_batch_tokens(device), max_rows, pin=cuda,
+                                 mixed_lengths=cuda))
 
 
 @dataclass(frozen=True)
@@ -68,10 +78,14 @@ class WindowBatch(Generic[T]):
 
 
 def pack_windows(windows: Iterable[Window[T]], batch_tokens: int, max_rows: int | None = None,
-                 pin: bool = False) -> Iterator[WindowBatch[T]]:
+                 pin: bool = False, mixed_lengths: bool = True) -> Iterator[WindowBatch[T]]:
     """Group consecutive windows into batches whose padded size ``rows x longest`` stays within
     ``batch_tokens`` (a window longer than the budget is a batch of its own); ``max_rows`` caps the
-    rows. Order is kept, so writers see windows in input order."""
+    rows. Order is kept, so writers see windows in input order.
+
+    ``mixed_lengths=False`` starts a new batch whenever the window length changes, so no row is
+    padded: a CPU's fp32 kernels then give every window the very numbers it gets alone (padding
+    changes the blocking of the matmuls and attention, hence the last bits of rounding)."""
     pending: list[Window[T]] = []
     longest = 0
 
@@ -86,7 +100,8 @@ def pack_windows(windows: Iterable[Window[T]], batch_tokens: int, max_rows: int 
 
     for window in windows:
         grown = max(longest, int(window.ids.size))
-        if pending and (grown * (len(pending) + 1) > batch_tokens or (max_rows and len(pending) >= max_rows)):
+        if pending and (grown * (len(pending) + 1) > batch_tokens or (max_rows and len(pending) >= max_rows)
+                        or (not mixed_lengths and window.ids.size != pending[-1].ids.size)):
             yield emit()
             pending.clear()
             grown = int(window.ids.size)
@@ -188,3 +203,17 @@ def run_batches(batches: Iterable[WindowBatch[T]], device: torch.device,
             finish(pending.popleft())
     while pending:
         finish(pending.popleft())
+
+
+def genome_windows(genome: SequenceReader, window: int, chunk_bases: int = 1 << 20) -> Iterator[Window]:
+    """Consecutive ``window``-base windows of every contig (the last of a contig may be shorter),
+    keyed ``(contig name, start)``; read and tokenised ``chunk_bases`` at a time, so a long contig
+    costs few reads."""
+    tokenizer = NucleotideTokenizer()
+    step = max(window, chunk_bases // window * window)
+    for info in genome.contigs:
+        for chunk_start in range(0, info.length, step):
+            chunk_end = min(chunk_start + step, info.length)
+            ids = tokenizer.encode(genome.fetch(info.name, chunk_start, chunk_end))
+            for offset in range(0, ids.size, window):
+                yield Window((info.name, chunk_start + offset), ids[offset:offset + window])

@@ -14,13 +14,13 @@ Pooling:
 * ``window``: one row per ``pool_size``-base bin of each contig (the last one may be shorter),
   the mean over its A/C/G/T bases. A row with no such base is NaN.
 
-Windows are computed a batch at a time and their rows written straight into the caller's array
-(a memory-mapped file, for long genomes), so memory stays bounded.
+Windows of all contigs share batched forward passes; pooling is done on the device, and rows are
+written straight into the caller's array (a memory-mapped file, for long genomes), so memory stays
+bounded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +29,8 @@ from torch import Tensor
 
 from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
+from biomoe.inference.batching import Window, WindowBatch, batches_for, genome_windows, run_batches
+from biomoe.inference.load import InferenceModel
 from biomoe.model.transformer import MoETransformer
 
 __all__ = ["POOLS", "EmbeddingLayout", "embed_genome", "hidden_states", "parse_layer"]
@@ -110,24 +112,6 @@ class EmbeddingLayout:
                 "length": np.concatenate(length), "contig_names": np.array(self.names, dtype=str)}
 
 
-def _windows(genome: SequenceReader, window: int) -> Iterator[tuple[int, int, int]]:
-    for index, info in enumerate(genome.contigs):
-        for start in range(0, info.length, window):
-            yield index, start, min(start + window, info.length)
-
-
-def _batches(genome: SequenceReader, window: int, batch_size: int) -> Iterator[list[tuple[int, int, int]]]:
-    """Consecutive windows of equal length, ``batch_size`` at most (so they stack into one batch)."""
-    batch: list[tuple[int, int, int]] = []
-    for item in _windows(genome, window):
-        if batch and (len(batch) == batch_size or item[2] - item[1] != batch[0][2] - batch[0][1]):
-            yield batch
-            batch = []
-        batch.append(item)
-    if batch:
-        yield batch
-
-
 class _RowWriter:
     """Turns per-base hidden states, window after window, into output rows (pooled or not).
 
@@ -140,28 +124,28 @@ class _RowWriter:
         self.bases = np.zeros(out.shape[0], dtype=np.int64)
         self._open: tuple[int, int, np.ndarray, int] | None = None  # (contig, bin, sum, count)
 
-    def add(self, contig: int, start: int, states: np.ndarray, ids: np.ndarray) -> None:
+    def add_positions(self, contig: int, start: int, states: np.ndarray, ids: np.ndarray) -> None:
+        """``pool == "position"``: the window's rows as they are."""
         row0 = int(self.first_rows[contig])
-        acgt = NucleotideTokenizer.unambiguous_mask(ids)
-        if self.layout.pool == "position":
-            self.out[row0 + start:row0 + start + len(states)] = states
-            self.bases[row0 + start:row0 + start + len(states)] = acgt
-            return
-        size, end = self.layout.bin_size(contig), start + len(states)
-        bins = np.arange(start, end) // size
-        local = bins - bins[0]
-        first_of_bin = np.flatnonzero(np.r_[True, local[1:] != local[:-1]])  # bins are contiguous runs
-        sums = np.add.reduceat(np.where(acgt[:, None], states, 0).astype(np.float64), first_of_bin, axis=0)
-        counts = np.add.reduceat(acgt.astype(np.int64), first_of_bin)
-        if self._open is not None and self._open[:2] == (contig, int(bins[0])):
+        self.out[row0 + start:row0 + start + len(states)] = states
+        self.bases[row0 + start:row0 + start + len(states)] = NucleotideTokenizer.unambiguous_mask(ids)
+
+    def add_sums(self, contig: int, start: int, end: int, sums: np.ndarray, counts: np.ndarray) -> None:
+        """Pooled modes: ``sums``/``counts`` of the A/C/G/T bases of the window's bins, the first
+        being the bin that holds base ``start``; a bin the window does not finish stays open."""
+        row0 = int(self.first_rows[contig])
+        size = self.layout.bin_size(contig)
+        first_bin, last_bin = start // size, (end - 1) // size
+        sums = sums[:last_bin - first_bin + 1].astype(np.float64)
+        counts = counts[:last_bin - first_bin + 1].astype(np.int64)
+        if self._open is not None and self._open[:2] == (contig, first_bin):
             sums[0] += self._open[2]
             counts[0] += self._open[3]
         self._open = None
-        last_bin = int(bins[-1])
         complete = sums.shape[0] if end >= min((last_bin + 1) * size, self.layout.lengths[contig]) \
             else sums.shape[0] - 1
         for j in range(complete):
-            row = row0 + int(bins[0]) + j
+            row = row0 + first_bin + j
             self.out[row] = sums[j] / counts[j] if counts[j] else np.nan
             self.bases[row] = counts[j]
         if complete < sums.shape[0]:
@@ -175,21 +159,61 @@ class _RowWriter:
                     self.out[self.first_rows[i]] = np.nan
 
 
-@torch.no_grad()
-def embed_genome(model: MoETransformer, genome: SequenceReader, out: np.ndarray, layout: EmbeddingLayout,
-                 layer: int | None = None, window: int = 1024, batch_size: int = 8, progress=None) -> np.ndarray:
-    """Fill ``out`` [rows of ``layout``, hidden] with embeddings; returns the A/C/G/T count per row."""
-    tokenizer = NucleotideTokenizer()
-    device = next(model.parameters()).device
+def _pinned_to(array: np.ndarray, device: torch.device) -> Tensor:
+    """A small host array on ``device`` without waiting for the device (a pageable copy would)."""
+    tensor = torch.from_numpy(array)
+    if device.type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def embed_genome(model: InferenceModel | MoETransformer, genome: SequenceReader, out: np.ndarray,
+                 layout: EmbeddingLayout, layer: int | None = None, window: int = 1024,
+                 batch_size: int | None = None, progress=None, batch_tokens: int | None = None) -> np.ndarray:
+    """Fill ``out`` [rows of ``layout``, hidden] with embeddings; returns the A/C/G/T count per row.
+
+    Windows of all contigs share forward passes of up to ``batch_tokens`` tokens (``batch_size``
+    caps the windows per pass). Pooling happens on the device: only per-bin sums and counts (or,
+    for ``position``, the rows themselves, already in ``out``'s dtype) come back to the host."""
+    model = InferenceModel.wrap(model)
+    device = model.device
     writer = _RowWriter(layout, out, layout.first_rows())
-    for batch in _batches(genome, window, batch_size):
-        ids = np.stack([tokenizer.encode(genome.fetch(genome.contigs[c].name, s, e)) for c, s, e in batch])
-        tokens = torch.from_numpy(ids).to(device)
-        tokens = torch.cat([torch.full_like(tokens[:, :1], BOS_ID), tokens], dim=1)
-        states = hidden_states(model, tokens, layer)[:, 1:].float().cpu().numpy()
-        for (contig, start, _), row_states, row_ids in zip(batch, states, ids):
-            writer.add(contig, start, row_states, row_ids)
+    contig_index = {name: i for i, name in enumerate(layout.names)}
+    out_dtype = torch.from_numpy(np.zeros(0, dtype=out.dtype)).dtype
+    windows = (Window((contig_index[name], start), ids) for (name, start), ids in
+               ((w.key, w.ids) for w in genome_windows(genome, window)))
+    batches = batches_for(windows, device, batch_tokens, batch_size)
+
+    def compute(tokens: Tensor, batch: WindowBatch) -> dict[str, Tensor]:
+        inputs = torch.cat([torch.full_like(tokens[:, :1], BOS_ID), tokens], dim=1)
+        with model.running():
+            states = hidden_states(model.module, inputs, layer)[:, 1:]
+        if layout.pool == "position":
+            return {"states": states.to(out_dtype)}
+        rows, length = tokens.shape
+        starts = np.array([w.key[1] for w in batch.windows], dtype=np.int64)
+        sizes = np.array([layout.bin_size(w.key[0]) for w in batch.windows], dtype=np.int64)
+        positions = starts[:, None] + np.arange(length)[None, :]
+        local = positions // sizes[:, None] - (starts // sizes)[:, None]  # bin of each base, from the window's first
+        bins = int(local.max()) + 1
+        flat = _pinned_to((local + np.arange(rows)[:, None] * bins).reshape(-1), device)
+        weight = NucleotideTokenizer.unambiguous_mask(tokens).reshape(-1)
+        values = torch.where(weight[:, None], states.reshape(rows * length, -1).float(), 0.0)
+        sums = torch.zeros(rows * bins, states.shape[-1], dtype=torch.float32, device=device).index_add_(0, flat, values)
+        counts = torch.zeros(rows * bins, dtype=torch.int64, device=device).index_add_(0, flat, weight.long())
+        return {"sums": sums.view(rows, bins, -1), "counts": counts.view(rows, bins)}
+
+    def place(batch: WindowBatch, result: dict[str, np.ndarray]) -> None:
+        for row, window_ in enumerate(batch.windows):
+            contig, start = window_.key
+            size = window_.ids.size
+            if layout.pool == "position":
+                writer.add_positions(contig, start, result["states"][row, :size], window_.ids)
+            else:
+                writer.add_sums(contig, start, start + size, result["sums"][row], result["counts"][row])
         if progress is not None:
-            progress.update(int(ids.size))
+            progress.update(batch.real_tokens)
+
+    run_batches(batches, device, compute, place)
     writer.finish_empty_contigs()
     return writer.bases

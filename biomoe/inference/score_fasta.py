@@ -10,19 +10,18 @@ network's scores of each window into those of a mixture; mixing stays causal wit
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
 
 from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import NucleotideTokenizer
-from biomoe.inference.batching import Window, WindowBatch
+from biomoe.inference.batching import WindowBatch, genome_windows
 from biomoe.inference.load import InferenceModel
 from biomoe.inference.scoring import run_log_likelihood
 from biomoe.model.transformer import MoETransformer
 
-__all__ = ["WindowMixer", "genome_windows", "score_genome", "summary_rows"]
+__all__ = ["WindowMixer", "score_genome", "summary_rows"]
 
 
 class WindowMixer(Protocol):
@@ -53,20 +52,6 @@ def score_genome(model: InferenceModel | MoETransformer, genome: SequenceReader,
 
     run_log_likelihood(model, genome_windows(genome, window), place, batch_tokens, batch_size, progress=progress)
     return result
-
-
-def genome_windows(genome: SequenceReader, window: int, chunk_bases: int = 1 << 20) -> Iterator[Window]:
-    """Consecutive ``window``-base windows of every contig (the last of a contig may be shorter),
-    keyed ``(contig name, start)``; read and tokenised ``chunk_bases`` at a time, so a long contig
-    costs few reads."""
-    tokenizer = NucleotideTokenizer()
-    step = max(window, chunk_bases // window * window)
-    for info in genome.contigs:
-        for chunk_start in range(0, info.length, step):
-            chunk_end = min(chunk_start + step, info.length)
-            ids = tokenizer.encode(genome.fetch(info.name, chunk_start, chunk_end))
-            for offset in range(0, ids.size, window):
-                yield Window((info.name, chunk_start + offset), ids[offset:offset + window])
 
 
 def summary_rows(per_base: dict[str, np.ndarray]) -> list[dict[str, object]]:

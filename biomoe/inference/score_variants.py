@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from biomoe.data.reader import SequenceReader
 from biomoe.errors import GenomeInputError
 from biomoe.files import decode_user_text
-from biomoe.inference.scoring import sequence_log_likelihood
+from biomoe.data.tokenizer import NucleotideTokenizer
+from biomoe.inference.batching import Window, WindowBatch
+from biomoe.inference.load import InferenceModel
+from biomoe.inference.scoring import run_log_likelihood
 from biomoe.model.transformer import MoETransformer
 
 __all__ = ["VCF_SUFFIXES", "Variant", "is_vcf", "prepare_windows", "read_variants", "read_vcf", "score_variants",
@@ -152,13 +154,13 @@ def variant_windows(genome: SequenceReader, variant: Variant, window: int, sourc
     return start, ref_seq, alt_seq
 
 
-@torch.no_grad()
-def score_variants(model: MoETransformer, genome: SequenceReader, variants: list[Variant], window: int = 1024,
-                   source: str = "variants", batch_size: int = 8, progress=None) -> list[dict[str, object]]:
+def score_variants(model: InferenceModel | MoETransformer, genome: SequenceReader, variants: list[Variant],
+                   window: int = 1024, source: str = "variants", batch_size: int | None = None, progress=None,
+                   batch_tokens: int | None = None) -> list[dict[str, object]]:
     """One dict per variant: the inputs plus window_start (0-based), logp_ref, logp_alt, llr (nats).
     ``progress`` (tqdm-like) advances by one per scored variant."""
     prepared = prepare_windows(genome, variants, window, source)
-    return score_windows(model, variants, prepared, batch_size, progress)
+    return score_windows(model, variants, prepared, batch_size, progress, batch_tokens)
 
 
 def prepare_windows(genome: SequenceReader, variants: list[Variant], window: int,
@@ -173,22 +175,43 @@ def _contig_lengths(genome: SequenceReader) -> dict[str, int]:
     return {c.name: c.length for c in genome.contigs}
 
 
-@torch.no_grad()
-def score_windows(model: MoETransformer, variants: list[Variant], prepared: list[tuple[int, str, str]],
-                  batch_size: int = 8, progress=None) -> list[dict[str, object]]:
-    """:func:`score_variants` for windows made by :func:`prepare_windows`."""
-    rows = []
-    for i in range(0, len(variants), batch_size):
-        chunk = prepared[i:i + batch_size]
-        seqs = [s for _, ref, alt in chunk for s in (ref, alt)]
-        scores = sequence_log_likelihood(model, seqs, batch_size=2 * batch_size)
-        for j, (start, _, _) in enumerate(chunk):
-            variant = variants[i + j]
-            logp_ref = float(np.nansum(scores[2 * j]))
-            logp_alt = float(np.nansum(scores[2 * j + 1]))
-            rows.append({"contig": variant.contig, "position": variant.position, "ref": variant.ref,
-                         "alt": variant.alt, "window_start": start, "logp_ref": logp_ref,
-                         "logp_alt": logp_alt, "llr": logp_alt - logp_ref})
+def score_windows(model: InferenceModel | MoETransformer, variants: list[Variant],
+                  prepared: list[tuple[int, str, str]], batch_size: int | None = None, progress=None,
+                  batch_tokens: int | None = None) -> list[dict[str, object]]:
+    """:func:`score_variants` for windows made by :func:`prepare_windows`.
+
+    The ref and alt windows of all variants share forward passes of up to ``batch_tokens`` tokens
+    (``batch_size`` caps the variants per pass); variants that share a reference window (other
+    alleles at the same site) have it scored once."""
+    tokenizer = NucleotideTokenizer()
+    logp = np.zeros((len(variants), 2), dtype=np.float64)
+    ref_rows: dict[tuple[str, int, str], int] = {}
+    shared: list[tuple[int, int]] = []  # (variant, the variant whose reference window it reuses)
+
+    def windows():
+        for j, ((start, ref_seq, alt_seq), variant) in enumerate(zip(prepared, variants)):
+            key = (variant.contig, start, ref_seq)
+            if key in ref_rows:
+                shared.append((j, ref_rows[key]))
+            else:
+                ref_rows[key] = j
+                yield Window((j, 0), tokenizer.encode(ref_seq))
+            yield Window((j, 1), tokenizer.encode(alt_seq))
+
+    def place(batch: WindowBatch, ll: np.ndarray) -> None:
+        for row, window in enumerate(batch.windows):
+            j, allele = window.key
+            logp[j, allele] = float(np.nansum(ll[row, :window.ids.size]))
         if progress is not None:
-            progress.update(len(chunk))
+            progress.update(sum(allele for _, allele in (w.key for w in batch.windows)))
+
+    rows_cap = 2 * batch_size if batch_size else None
+    run_log_likelihood(model, windows(), place, batch_tokens, rows_cap)
+    for j, source in shared:
+        logp[j, 0] = logp[source, 0]
+    rows = []
+    for (start, _, _), variant, (logp_ref, logp_alt) in zip(prepared, variants, logp):
+        rows.append({"contig": variant.contig, "position": variant.position, "ref": variant.ref,
+                     "alt": variant.alt, "window_start": start, "logp_ref": float(logp_ref),
+                     "logp_alt": float(logp_alt), "llr": float(logp_alt - logp_ref)})
     return rows

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
-from biomoe.inference.batching import Window, WindowBatch, default_batch_tokens, pack_windows, prefetch, run_batches
+from biomoe.inference.batching import Window, WindowBatch, batches_for, run_batches
 from biomoe.inference.load import InferenceModel
 from biomoe.model.losses import per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
@@ -38,8 +38,7 @@ def run_log_likelihood(model: InferenceModel | MoETransformer, windows: Iterable
     each batch's ``[rows, longest]`` per-base scores (or, with ``reduce``, what it makes of them on
     the device, e.g. per-row sums) in input order. ``progress`` advances by the bases scored."""
     model = InferenceModel.wrap(model)
-    budget = batch_tokens or default_batch_tokens(model.device)
-    batches = prefetch(pack_windows(windows, budget, max_rows, pin=model.device.type == "cuda"))
+    batches = batches_for(windows, model.device, batch_tokens, max_rows)
 
     def compute(tokens: Tensor, batch: WindowBatch) -> Mapping[str, Tensor]:
         ll = log_likelihood_of(model, tokens)

@@ -1,0 +1,111 @@
+"""biomoe's side of the inference rows: the real subcommands, run in this process and timed.
+
+Each run calls :func:`biomoe.cli.main.main` with the command line a user would type, so the
+wall time covers what the user waits for: verifying and loading the checkpoint, reading the
+genome, the forward passes and writing the output file. The options given are only those the
+command's parser accepts (read from its ``--help``), so the rows run against any version of the
+commands; what was passed is kept in each run's record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+__all__ = ["CommandRun", "accepted_options", "build_argv", "parse_report", "run_command"]
+
+_OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+_REPORT = re.compile(r"(?P<verb>scored|embedded|generated)\s+(?P<n>[\d,]+)\s+bases\s+in\s+(?P<t>[\d.]+)\s*s"
+                     r"(?:[^\n]*?(?P<steps>[\d,.]+)\s+steps/s)?")
+
+
+@lru_cache(maxsize=None)
+def accepted_options(command: str) -> frozenset[str]:
+    """The ``--options`` of ``cli.py COMMAND``, read from its ``--help`` text."""
+    from biomoe.cli.main import main  # the CLI imports Lightning: only when an inference row runs
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main([command, "--help"])
+        except SystemExit:
+            pass
+    return frozenset(_OPTION.findall(text.getvalue())) - {"--help"}
+
+
+def build_argv(command: str, positionals: list[str], required: dict[str, object],
+               optional: dict[str, object | None]) -> tuple[list[str], list[str]]:
+    """``[command, *positionals, --key value ...]``: every ``required`` option, and those of
+    ``optional`` that the command accepts (a value of True is a flag, None leaves it out).
+    Returns the argv and the optional options the command does not have."""
+    accepted = accepted_options(command)
+    argv = [command, *positionals]
+    missing = []
+    for key, value in {**required, **optional}.items():
+        if value is None or value is False:
+            continue
+        if key in optional and key not in accepted:
+            missing.append(key)
+            continue
+        argv += [key] if value is True else [key, str(value)]
+    return argv, missing
+
+
+@dataclass
+class Report:
+    """What a command says about its own timing on stderr, e.g.
+    ``generated 128,000 bases in 3.20 s (40,000 bases/s, 625 steps/s)``."""
+
+    bases: int
+    seconds: float
+    steps_per_s: float | None = None
+
+
+def parse_report(stderr: str) -> Report | None:
+    """The last timing line of a command's stderr, None when it prints none."""
+    found = list(_REPORT.finditer(stderr))
+    if not found:
+        return None
+    match = found[-1]
+    steps = match.group("steps")
+    return Report(int(match.group("n").replace(",", "")), float(match.group("t")),
+                  float(steps.replace(",", "")) if steps else None)
+
+
+@dataclass
+class CommandRun:
+    argv: list[str]
+    seconds: float
+    exit_code: int
+    stdout: str
+    stderr: str
+    report: Report | None = None
+    kernels: str | None = None
+    details: dict = field(default_factory=dict)
+
+
+def run_command(argv: list[str], synchronize=None) -> CommandRun:
+    """Run ``cli.py ARGV`` in this process; stdout and stderr are captured, not shown. A non-zero
+    exit status raises RuntimeError with the command's last stderr lines."""
+    from biomoe.cli.main import main  # the CLI imports Lightning: only when an inference row runs
+
+    out, err = io.StringIO(), io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = int(main(list(argv)) or 0)
+        except SystemExit as exc:  # argparse errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    if synchronize is not None:
+        synchronize()
+    seconds = time.perf_counter() - started
+    stdout, stderr = out.getvalue(), err.getvalue()
+    if code != 0:
+        tail = " | ".join(line for line in stderr.strip().splitlines()[-3:])
+        raise RuntimeError(f"cli.py {' '.join(argv[:1])} exited with {code}: {tail[-400:]}")
+    kernels = next((line.strip() for line in stdout.splitlines() if line.startswith("biomoe kernels")), None)
+    return CommandRun(list(argv), seconds, code, stdout, stderr, parse_report(stderr), kernels)
