@@ -51,12 +51,14 @@ clean:
 
 # GPU targets run with whatever python has torch+CUDA (the venv if present, else python3).
 RUNPY := $(shell test -x $(PY) && echo $(PY) || echo python3)
-# Full sweep ~8 min on an H200; BENCH_ARGS=--quick for one shape in bf16, --rows/--shapes/--precisions
-# to pick rows, --sweep adds the sequence-length sweep (python -m biomoe.bench --help).
+# Full sweep ~8 min on an H200, then the inference rows (results/bench/inference.json/.md);
+# BENCH_ARGS=--quick for one shape in bf16, --rows/--shapes/--precisions to pick rows, --sweep adds
+# the sequence-length sweep, --inference-networks/--inference-tasks pick inference rows
+# (python -m biomoe.bench --help). `python -m biomoe.bench --inference-only` runs those alone.
 BENCH_ARGS ?=
 
 bench:
-	$(RUNPY) -m biomoe.bench --out results/bench $(BENCH_ARGS)
+	$(RUNPY) -m biomoe.bench --out results/bench --inference $(BENCH_ARGS)
 
 # Runs notebooks/explore.ipynb headless against the best checkpoint of `make fit`'s run
 # (runs/default) when there is one, else against the tiny model (trained first if it has none).

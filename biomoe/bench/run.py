@@ -10,6 +10,12 @@ and ``bench.png`` into ``--out``, rewritten after every row.
     python -m biomoe.bench --quick              # one shape, bf16, few steps (~1-2 min)
     python -m biomoe.bench --rows '*@16384/*/fp8-block'   # only matching rows (+ their baseline)
     python -m biomoe.bench --list               # print the row ids and exit
+    python -m biomoe.bench --inference          # also the inference rows (written to inference.json/.md)
+    python -m biomoe.bench --inference-only     # only the inference rows
+
+Inference rows (:mod:`biomoe.bench.inference`) time ``score-fasta``, ``embed``, ``score-variants`` and
+``generate`` on a genome against HF Mixtral loaded from the export of the same weights, in the same
+process after the training rows.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import torch
 
 from biomoe.backends.te.availability import device_info, te_usable
 from biomoe.backends.te.precision import resolve_precision, te_support_checker
+from biomoe.bench.inference import INFERENCE_TASKS, InferenceSettings, default_fasta, plan_inference, run_inference
 from biomoe.bench.models import Contender, ReferenceInit, build_biomoe, build_hf, reference_init
 from biomoe.bench.product import CLI_VARIANTS, DEFAULT_CONFIG, config_expert_backend, read_config, run_cli
 from biomoe.bench.profile import profile_steps
@@ -291,9 +298,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", default="",
                         help="comma list of non-CLI contenders to profile (torch.profiler) on the first shape")
     parser.add_argument("--list", action="store_true", help="print the row ids and exit")
+    inference = parser.add_argument_group("inference rows (biomoe's commands against HF on the same weights)")
+    inference.add_argument("--inference", action="store_true",
+                           help="after the training rows, time the inference commands (inference.json/.md)")
+    inference.add_argument("--inference-only", action="store_true", help="only the inference rows")
+    inference.add_argument("--inference-networks", default="genome,dna-small",
+                           help="comma list: genome (configs/genome.yaml), dna-small (configs/dna-small.yaml) "
+                                "or YAML paths; each config's model.config, randomly initialised")
+    inference.add_argument("--inference-tasks", default=",".join(INFERENCE_TASKS),
+                           help=f"comma list of {', '.join(INFERENCE_TASKS)} (default all)")
+    inference.add_argument("--inference-fasta", default=None,
+                           help=f"genome to run on (default {default_fasta()})")
+    inference.add_argument("--inference-repeats", type=int, default=3,
+                           help="timed runs of each contender, interleaved with HF (default 3)")
+    inference.add_argument("--inference-length", type=int, default=2000,
+                           help="bases generated per sample (default 2000)")
+    inference.add_argument("--inference-samples", default="64,1",
+                           help="comma list of generate --num-samples, one row each (default 64,1)")
+    inference.add_argument("--inference-variants", type=int, default=4096,
+                           help="random SNVs scored by score-variants (default 4096)")
+    inference.add_argument("--inference-window", type=int, default=1024,
+                           help="bases per window of score-fasta, embed and score-variants (default 1024)")
+    inference.add_argument("--inference-batch-tokens", type=int, default=None,
+                           help="tokens per forward pass for the commands that take --batch-tokens and for HF "
+                                "(default: the commands' own; HF: biomoe's default for the device)")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # cpu: tests only
     parser.add_argument("--out", default="results/bench")
     args = parser.parse_args(argv)
+    args.inference = args.inference or args.inference_only
     if args.quick:
         args.shapes = args.shapes or ",".join(QUICK_CASES)
         args.precisions = args.precisions or "bf16"
@@ -324,19 +356,31 @@ def build_plan(args: argparse.Namespace) -> list[Row]:
     return select_rows(plan_rows(cases, contenders, precisions, variant_precisions), _split(args.rows))
 
 
+def inference_settings(args: argparse.Namespace) -> InferenceSettings:
+    return InferenceSettings(
+        device=torch.device(args.device), networks=_split(args.inference_networks),
+        tasks=_split(args.inference_tasks),
+        fasta=Path(args.inference_fasta) if args.inference_fasta else default_fasta(),
+        repeats=args.inference_repeats, length=args.inference_length,
+        samples=[int(n) for n in _split(args.inference_samples)], variants=args.inference_variants,
+        window=args.inference_window, batch_tokens=args.inference_batch_tokens)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        rows = build_plan(args)
-    except Exception as err:  # bad --shapes / --precisions / --contenders: one line
+        rows = [] if args.inference_only else build_plan(args)
+        inference = inference_settings(args) if args.inference else None
+        inference_ids = plan_inference(inference) if inference is not None else []
+    except Exception as err:  # bad --shapes / --precisions / --contenders / --inference-*: one line
         print(f"biomoe bench: error: {err}", file=sys.stderr)
         return 2
     if args.list:
-        print("\n".join(row.id for row in rows))
+        print("\n".join([row.id for row in rows] + [f"inference:{i}" for i in inference_ids]))
         return 0
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("biomoe bench: error: needs a CUDA GPU (it times GPU training steps)", file=sys.stderr)
+        print("biomoe bench: error: needs a CUDA GPU (it times GPU training and inference)", file=sys.stderr)
         return 2
     config_path = Path(args.config).resolve()
     if not config_path.is_file():
@@ -363,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
                              contenders, unsupported, extra)
         write_report(out, report, with_chart=final)
 
-    print(f"biomoe bench: {len(rows)} rows -> {out}/bench.json", flush=True)
+    if rows:
+        print(f"biomoe bench: {len(rows)} rows -> {out}/bench.json", flush=True)
     for index, row in enumerate(rows, 1):
         if row.precision in unsupported:
             record = BenchRecord.for_row(row, status="skipped", error=unsupported[row.precision])
@@ -383,8 +428,14 @@ def main(argv: list[str] | None = None) -> int:
         extra["profiles"] = profile_contenders(args, ctx, rows)
     if args.sweep:
         extra["seq_sweep"] = seq_sweep(ctx, args.sweep_start, args.sweep_max, loop_backend)
-    save(final=True, extra=extra)
-    print((out / "bench.md").read_text())
+    if rows or extra:  # --inference-only leaves an earlier bench.json as it is
+        save(final=True, extra=extra)
+        print((out / "bench.md").read_text())
+    if inference is not None:
+        free_memory(device)
+        print(f"biomoe bench: {len(inference_ids)} inference rows -> {out}/inference.json", flush=True)
+        run_inference(inference, out, command, env)
+        print((out / "inference.md").read_text())
     return 0
 
 
