@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -139,8 +141,12 @@ def test_cli_writes_fasta_samples_from_a_fasta_region(ckpt, write_fasta, tmp_pat
         assert max(len(line) for line in lines) == 50
         seq = "".join(lines)
         assert len(seq) == 120 and seq[:30] == genome[100:130] and set(seq) <= set("ACGT")
-    assert "generate" in capsys.readouterr().err  # the progress bar
+    err = capsys.readouterr().err
+    assert "generate" in err  # the progress bar
+    timing = err.strip().splitlines()[-1]  # benchmarks parse this line
+    assert re.fullmatch(r"generated 270 bases in \d+\.\d\d s \([\d,]+ bases/s, [\d,]+ steps/s\)", timing), timing
     assert cli_main(argv) == 0 and out.read_text() == text  # same seed, same file
+    assert cli_main(argv + ["--no-graph"]) == 0 and out.read_text() == text  # the CPU decodes eagerly anyway
     umask = os.umask(0)
     os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would create it, not mkstemp's 0600

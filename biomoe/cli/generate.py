@@ -3,7 +3,13 @@
 The prompt is ``--prompt`` bases, a ``--prompt-region`` of ``--fasta``, or nothing (the model
 starts from ``<bos>`` alone). The samples are written as one FASTA file, records ``NAME_1``,
 ``NAME_2``, ..., each header saying how it was drawn. Sampling itself (temperature, top-k, top-p,
-the context window, one seeded stream per sample) is :mod:`biomoe.inference.generate`.
+the context window, one seeded stream per sample, the CUDA-graph decoding on a GPU) is
+:mod:`biomoe.inference.generate`. The model runs as every inference command runs it
+(``--precision`` and the kernel options; bf16 on a GPU, fp32 on a CPU).
+
+The last stderr line times the generation alone (prefills and decoding, not loading the model):
+``generated N bases in T s (R bases/s, S steps/s)``, a step being one base for every sample of a
+batch; benchmarks read it in that shape.
 """
 
 from __future__ import annotations
@@ -11,20 +17,20 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from biomoe.checkpoint.records import training_seq_length
-from biomoe.cli.arguments import (CommandParser, add_device_option, add_progress_option, parse_model_command,
-                                  positive_int)
+from biomoe.cli.arguments import (CommandParser, add_device_option, add_progress_option, add_runtime_options,
+                                  model_from_args, parse_model_command, positive_int)
 from biomoe.data.reader import contig_lookup
 from biomoe.data.registry import open_reader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_write, check_outputs
-from biomoe.inference.generate import SamplingSettings, generate, parse_region
-from biomoe.inference.load import load_model
+from biomoe.inference.generate import SamplingSettings, default_batch_size, generate, parse_region
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]
@@ -98,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, type=Path, help="output FASTA (written atomically)")
     parser.add_argument("--length", type=positive_int, default=1000, help="bases to generate per sample (default %(default)s)")
     parser.add_argument("--num-samples", type=positive_int, default=1, help="default %(default)s")
-    parser.add_argument("--batch-size", type=positive_int, default=16, help="samples generated together (default %(default)s)")
+    parser.add_argument("--batch-size", type=positive_int, default=None,
+                        help="samples generated together (default: 64 on a GPU, 16 on a CPU)")
     parser.add_argument("--temperature", type=_temperature, default=1.0, help="0 = greedy (default %(default)s)")
     parser.add_argument("--top-k", type=positive_int, default=None, help="keep the k most likely bases")
     parser.add_argument("--top-p", type=_probability, default=None, help="nucleus sampling mass")
@@ -109,7 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--include-prompt", action="store_true", help="write prompt + generated bases")
     parser.add_argument("--name", default="sample", help="FASTA record names: NAME_1, NAME_2, ... (default %(default)s)")
     parser.add_argument("--line-width", type=positive_int, default=80, help="FASTA line width (default %(default)s)")
+    parser.add_argument("--no-graph", action="store_true",
+                        help="on a GPU, run each decoding step eagerly instead of replaying a CUDA graph "
+                             "(slower; for comparison)")
     add_device_option(parser)
+    add_runtime_options(parser)
     add_progress_option(parser)
     return parser
 
@@ -119,16 +130,20 @@ def main(argv: list[str]) -> int:
     prompt, prompt_text, inputs = _prompt_from_args(args)
     check_outputs([args.out], [args.ckpt, *inputs])
     settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.allow_n)
-    model = load_model(args.ckpt).to(args.device)
+    model = model_from_args(args)
     context = args.context or training_seq_length(args.ckpt)
     if context is not None and context < 2:
         raise GenomeInputError(None, f"--context {context}: needs at least 2 tokens (<bos> and a base)")
     if prompt is not None and context is not None and len(prompt) > context - 1:
         print(f"biomoe: note: the prompt has {len(prompt):,} bases; the model reads its last {context - 1:,} "
               f"(context {context:,} tokens)", file=sys.stderr)
+    batch_size = args.batch_size or default_batch_size(model.device)
+    decode = "static" if args.no_graph and model.device.type == "cuda" else "auto"
     with progress_bar(args.num_samples * args.length, "generate", disable=args.no_progress) as bar:
-        samples = generate(model, prompt, args.length, args.num_samples, settings, args.seed, args.batch_size,
-                           context, progress=bar)
+        start = time.perf_counter()
+        samples = generate(model, prompt, args.length, args.num_samples, settings, args.seed, batch_size,
+                           context, progress=bar, decode=decode)
+        seconds = max(time.perf_counter() - start, 1e-9)  # generate returns host arrays: the device is done
     tokenizer = NucleotideTokenizer()
     prefix = tokenizer.decode(prompt) if args.include_prompt and prompt is not None else ""
     description = (f"{prompt_text} length={args.length} seed={args.seed} temperature={args.temperature:g}"
@@ -139,4 +154,8 @@ def main(argv: list[str]) -> int:
     with atomic_write(args.out, "w") as handle:
         handle.write(text)
     print(f"wrote {args.out} ({len(samples)} sample(s) of {args.length:,} bases)")
+    bases = args.num_samples * args.length
+    steps = math.ceil(args.num_samples / batch_size) * args.length
+    print(f"generated {bases:,} bases in {seconds:.2f} s ({bases / seconds:,.0f} bases/s, "
+          f"{steps / seconds:,.0f} steps/s)", file=sys.stderr)
     return 0

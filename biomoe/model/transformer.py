@@ -29,12 +29,17 @@ class ModelOutput:
 
 
 def rotary_tables(seq_len: int, head_dim: int, theta: float, device: torch.device,
-                  offset: int = 0) -> tuple[Tensor, Tensor]:
+                  offset: int | Tensor = 0) -> tuple[Tensor, Tensor]:
     """cos/sin tables [seq, head_dim/2] in fp32 for positions ``offset .. offset + seq_len - 1``
     (computed per call: cheap, and no stale cache). ``offset`` is the number of tokens already in a
-    :class:`KVCache`, so a token gets the same rotation whether it is fed alone or in a sequence."""
+    :class:`KVCache`, so a token gets the same rotation whether it is fed alone or in a sequence;
+    it may be a device int64 tensor (a :class:`StaticKVCache`'s position), read on the device
+    without a host sync."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
-    positions = torch.arange(offset, offset + seq_len, device=device, dtype=torch.float32)
+    if isinstance(offset, Tensor):
+        positions = (offset + torch.arange(seq_len, device=device)).to(torch.float32)
+    else:
+        positions = torch.arange(offset, offset + seq_len, device=device, dtype=torch.float32)
     angles = torch.outer(positions, inv_freq)
     return angles.cos(), angles.sin()
 
@@ -83,6 +88,65 @@ class KVCache:
         return self.keys[layer_id][:, :, :end], self.values[layer_id][:, :, :end]
 
 
+class StaticKVCache:
+    """A :class:`KVCache` of fixed shapes whose fill level lives on the device, for decoding that
+    is captured once as a CUDA graph and replayed for every token.
+
+    :attr:`position` (a 0-d int64 device tensor) counts the tokens held. Feeding tokens to a cache
+    that holds some writes their keys/values at ``position ..`` with ``index_copy_`` and attends
+    over the whole buffer under the mask ``slot <= query position``, with rotary angles computed
+    from :attr:`position` on the device; the model then advances it in place. So a one-token step
+    has the same shapes and kernels at every position and never reads a number back to the host.
+    The caller counts the tokens on its side (the device cannot refuse an overflow cheaply): feeding
+    more than ``max_length`` is an index error on the CPU and a device assert on CUDA.
+
+    A feed into an empty cache (new, or after :meth:`reset`) is a prefill: the ordinary causal
+    attention over the new tokens only, no mask over the buffer. :attr:`empty` is the host's record
+    of that, set by :meth:`reset` and cleared by the model after any feed.
+    """
+
+    def __init__(self, cfg: ModelConfig, batch_size: int, max_length: int,
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
+        shape = (batch_size, cfg.num_kv_heads, max_length, cfg.head_dim)
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.max_length = max_length
+        self.position = torch.zeros((), dtype=torch.int64, device=device)
+        self.empty = True
+        self._slots = torch.arange(max_length, device=device)
+
+    def reset(self) -> None:
+        """Forget every token (on the device, in place: a captured graph keeps reading the same tensor)."""
+        self.position.zero_()
+        self.empty = True
+
+    def prefill(self, layer_id: int, k: Tensor, v: Tensor) -> None:
+        """Store the first tokens' ``k``/``v`` [b, kv_heads, s, d] of an empty cache."""
+        s = k.shape[2]
+        if s > self.max_length:
+            raise ValueError(f"StaticKVCache holds {self.max_length} tokens; {s} were fed")
+        self.keys[layer_id][:, :, :s] = k
+        self.values[layer_id][:, :, :s] = v
+
+    def update(self, layer_id: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new tokens' ``k``/``v`` at :attr:`position`; return the whole buffers."""
+        s = k.shape[2]
+        index = self.position.view(1) if s == 1 else self.position + torch.arange(s, device=k.device)
+        self.keys[layer_id].index_copy_(2, index, k)
+        self.values[layer_id].index_copy_(2, index, v)
+        return self.keys[layer_id], self.values[layer_id]
+
+    def mask(self, s: int) -> Tensor:
+        """[s, max_length] bool: new token i (at ``position + i``) sees the slots up to its own."""
+        if s == 1:
+            return (self._slots <= self.position)[None]
+        return self._slots[None] <= (self.position + torch.arange(s, device=self._slots.device))[:, None]
+
+    def advance(self, s: int) -> None:
+        self.position.add_(s)
+        self.empty = False
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, backends: LayerBackends = TORCH_BACKENDS) -> None:
         super().__init__()
@@ -96,13 +160,15 @@ class Attention(nn.Module):
         self.core_attention = (None if backends.core_attention is None
                                else backends.core_attention(self.num_heads, self.num_kv_heads, self.head_dim))
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | StaticKVCache | None = None,
                 layer_id: int = 0) -> Tensor:
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if isinstance(cache, StaticKVCache):
+            return self.o_proj(self._static_attention(q, k, v, cache, layer_id))
         past = 0
         if cache is not None:
             past = cache.length
@@ -119,6 +185,25 @@ class Attention(nn.Module):
             mask = torch.ones(s, past + s, dtype=torch.bool, device=x.device).tril(diagonal=past)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+
+    def _static_attention(self, q: Tensor, k: Tensor, v: Tensor, cache: StaticKVCache, layer_id: int) -> Tensor:
+        """Attention of the new tokens through a :class:`StaticKVCache` -> [b, s, heads·head_dim]."""
+        b, _, s, d = q.shape
+        if cache.empty:  # prefill: only the new tokens exist, plain causal attention
+            cache.prefill(layer_id, k, v)
+            k, v = expand_kv_heads(k, v, self.num_heads)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            keys, values = cache.update(layer_id, k, v)
+            # The query heads of one KV head become rows of one query block (head j of the group,
+            # token i -> row j·s + i), so the whole buffer is read as is instead of repeated per head.
+            group = self.num_heads // self.num_kv_heads
+            mask = cache.mask(s)
+            if s > 1:
+                mask = mask.repeat(group, 1)
+            q = q.reshape(b, self.num_kv_heads, group * s, d)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask).view(b, self.num_heads, s, d)
+        return out.transpose(1, 2).reshape(b, s, -1)
 
 
 class DenseMLP(nn.Module):
@@ -154,7 +239,7 @@ class Block(nn.Module):
         self.residual_dropout = nn.Dropout(cfg.dropout)  # identity when p = 0 or in eval mode
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor,
-                cache: KVCache | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                cache: KVCache | StaticKVCache | None = None) -> tuple[Tensor, Tensor, Tensor]:
         x = x + self.residual_dropout(self.attn(self.attn_norm(x), cos, sin, cache, self.layer_id))
         mlp_out, aux, z = self.mlp(self.mlp_norm(x))
         return x + self.residual_dropout(mlp_out), aux, z
@@ -197,19 +282,24 @@ class MoETransformer(nn.Module):
     def moe_layers(self) -> list[MoELayer]:
         return [b.mlp for b in self.blocks if isinstance(b.mlp, MoELayer)]
 
-    def forward(self, input_ids: Tensor, return_logits: bool = True, cache: KVCache | None = None) -> ModelOutput:
+    def forward(self, input_ids: Tensor, return_logits: bool = True,
+                cache: KVCache | StaticKVCache | None = None) -> ModelOutput:
         """``cache`` (inference): ``input_ids`` continue the tokens already in it, which attend to
         those; the cache then holds them too."""
         x = self.embed(input_ids)
+        static = isinstance(cache, StaticKVCache)
+        offset = 0 if cache is None else (cache.position if static else cache.length)
         cos, sin = rotary_tables(input_ids.shape[1], self.config.head_dim, self.config.rope_theta,
-                                 input_ids.device, offset=0 if cache is None else cache.length)
+                                 input_ids.device, offset=offset)
         aux_total = x.new_zeros((), dtype=torch.float32)
         z_total = x.new_zeros((), dtype=torch.float32)
         for block in self.blocks:
             x, aux, z = block(x, cos, sin, cache)
             aux_total = aux_total + aux
             z_total = z_total + z
-        if cache is not None:
+        if static:
+            cache.advance(input_ids.shape[1])
+        elif cache is not None:
             cache.length += input_ids.shape[1]
         n_moe = max(len(self.config.moe_layer_ids), 1)
         hidden = self.norm(x)
