@@ -79,7 +79,7 @@ def runtime_overrides(args: argparse.Namespace) -> dict[str, str]:
 def add_batch_tokens_option(parser: argparse.ArgumentParser) -> None:
     """``--batch-tokens``: tokens per forward pass (windows of several contigs and files share one)."""
     parser.add_argument("--batch-tokens", type=positive_int, default=None,
-                        help="tokens per forward pass (default: 131072 on a GPU, 8192 on a CPU)")
+                        help="tokens per forward pass (default: 262144 on a GPU, 8192 on a CPU)")
 
 
 def add_progress_option(parser: argparse.ArgumentParser) -> None:

