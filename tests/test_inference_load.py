@@ -190,25 +190,3 @@ def test_a_bad_precision_is_one_line(trained, write_fasta, tmp_path, capsys):
                      "--precision", "fp12"]) == 2
     assert "--precision: 'fp12' is unknown" in error_line(capsys.readouterr().err)
 
-
-def test_variant_scores_reusing_the_ref_cache_equal_scoring_both_windows(trained, write_fasta):
-    """The GPU path scores the alt window from the ref window's cache at the variant; on the CPU
-    it must give what scoring both windows from their starts gives (to fp32 rounding), wherever the
-    variant sits in its window (contig start and end shift it off centre) and for a multi-base
-    substitution."""
-    from biomoe.inference.score_variants import Variant, prepare_windows, score_windows
-
-    model, _ = trained
-    seq = random_dna(400, seed=5)
-    genome = open_reader(write_fasta({"c": seq, "d": random_dna(50, seed=6)}))
-    flip = {"A": "C", "C": "G", "G": "T", "T": "A"}
-    variants = [Variant("c", p, seq[p - 1], flip[seq[p - 1]]) for p in (1, 2, 100, 200, 399, 400)]
-    variants += [Variant("c", 150, seq[149:152], "".join(flip[b] for b in seq[149:152])), Variant("d", 10, "A", "A")]
-    variants[-1] = Variant("d", 10, genome.fetch("d", 9, 10), flip[genome.fetch("d", 9, 10)])
-    prepared = prepare_windows(genome, variants, 64)
-    shared = score_windows(model, variants, prepared, share_prefix=True, batch_tokens=200)
-    plain = score_windows(model, variants, prepared, share_prefix=False)
-    for a, b in zip(shared, plain):
-        assert a["window_start"] == b["window_start"]
-        for key in ("logp_ref", "logp_alt", "llr"):
-            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-4), (a, b)

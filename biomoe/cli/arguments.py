@@ -69,11 +69,16 @@ def add_runtime_options(parser: argparse.ArgumentParser) -> None:
     for name, choices in RUNTIME_CHOICES.items():
         group.add_argument("--" + name.replace("_", "-"), default=None, choices=choices,
                            help="auto | loop | grouped | te | te_fused" if choices is None else None)
+    group.add_argument("--compile", action="store_true", default=None,
+                       help="torch.compile each block: faster on long inputs, after a compile of tens of seconds")
 
 
-def runtime_overrides(args: argparse.Namespace) -> dict[str, str]:
+def runtime_overrides(args: argparse.Namespace) -> dict[str, str | bool]:
     """The kernel options the user set (for :func:`biomoe.inference.load.load_for_inference`)."""
-    return {name: getattr(args, name) for name in RUNTIME_CHOICES if getattr(args, name, None) is not None}
+    chosen = {name: getattr(args, name) for name in RUNTIME_CHOICES if getattr(args, name, None) is not None}
+    if getattr(args, "compile", None):
+        chosen["compile"] = True
+    return chosen
 
 
 def add_batch_tokens_option(parser: argparse.ArgumentParser) -> None:

@@ -25,17 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from biomoe.data.reader import SequenceReader
-from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
+from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.files import decode_user_text
-from biomoe.inference.batching import Window, WindowBatch, default_batch_tokens, prefetch, run_batches
+from biomoe.inference.batching import Window, WindowBatch
 from biomoe.inference.load import InferenceModel
 from biomoe.inference.scoring import run_log_likelihood
-from biomoe.model.losses import per_position_log_likelihood
-from biomoe.model.transformer import KVCache, MoETransformer
+from biomoe.model.transformer import MoETransformer
 
 __all__ = ["VCF_SUFFIXES", "Variant", "is_vcf", "prepare_windows", "read_variants", "read_vcf", "score_variants",
            "score_windows", "variant_windows"]
@@ -179,22 +177,13 @@ def _contig_lengths(genome: SequenceReader) -> dict[str, int]:
 
 def score_windows(model: InferenceModel | MoETransformer, variants: list[Variant],
                   prepared: list[tuple[int, str, str]], batch_size: int | None = None, progress=None,
-                  batch_tokens: int | None = None, share_prefix: bool | None = None) -> list[dict[str, object]]:
+                  batch_tokens: int | None = None) -> list[dict[str, object]]:
     """:func:`score_variants` for windows made by :func:`prepare_windows`.
 
     The ref and alt windows of all variants share forward passes of up to ``batch_tokens`` tokens
-    (``batch_size`` caps the variants per pass). With ``share_prefix`` (default: on CUDA) the alt
-    window is not read from its start: the model is causal, so up to the variant it sees exactly
-    what the ref window holds, and the alt pass continues from the ref pass's keys and values at the
-    variant (:func:`_score_sharing_prefix`), about a quarter less work for a centred variant. Without
-    it (the CPU default, whose numbers stay those of scoring each window alone) variants that share
-    a reference window (other alleles at one site) have it scored once."""
-    model = InferenceModel.wrap(model)
-    if share_prefix is None:
-        share_prefix = model.device.type == "cuda"
-    if share_prefix:
-        logp = _score_sharing_prefix(model, variants, prepared, batch_tokens, batch_size, progress)
-        return _rows(variants, prepared, logp)
+    (``batch_size`` caps the variants per pass); variants that share a reference window (other
+    alleles at one site) have it scored once. Every window is read from its start, so a variant's
+    scores are those of its two windows scored alone."""
     tokenizer = NucleotideTokenizer()
     logp = np.zeros((len(variants), 2), dtype=np.float64)
     ref_rows: dict[tuple[str, int, str], int] = {}
@@ -231,65 +220,3 @@ def _rows(variants: list[Variant], prepared: list[tuple[int, str, str]], logp: n
                      "alt": variant.alt, "window_start": start, "logp_ref": float(logp_ref),
                      "logp_alt": float(logp_alt), "llr": float(logp_alt - logp_ref)})
     return rows
-
-
-def _score_sharing_prefix(model: InferenceModel, variants: list[Variant], prepared: list[tuple[int, str, str]],
-                          batch_tokens: int | None, batch_size: int | None, progress) -> np.ndarray:
-    """``[variants, 2]`` log p of the ref and alt windows, the alt pass reusing the ref pass's cache.
-
-    Variants are grouped by (window length, offset of the variant in it), so a batch shares one
-    cache length; a window's label at the variant (offset o) is predicted from the same input in
-    both windows, so its alt log p is read off the ref pass's logits, and the alt pass feeds the
-    inputs after it (o + 1 .. end) on top of the ref cache cut back to o + 1 tokens."""
-    tokenizer = NucleotideTokenizer()
-    device = model.device
-    budget = batch_tokens or default_batch_tokens(device)
-    groups: dict[tuple[int, int], list[int]] = {}
-    for j, ((start, ref_seq, _), variant) in enumerate(zip(prepared, variants)):
-        groups.setdefault((len(ref_seq), variant.position - 1 - start), []).append(j)
-    logp = np.zeros((len(variants), 2), dtype=np.float64)
-
-    def batches():
-        for (length, offset), members in groups.items():
-            rows = max(1, budget // max(1, 2 * length - offset - 1))
-            rows = min(rows, batch_size) if batch_size else rows
-            for first in range(0, len(members), rows):
-                chunk = members[first:first + rows]
-                ids = np.stack([tokenizer.encode(prepared[j][1]) for j in chunk]
-                               + [tokenizer.encode(prepared[j][2]) for j in chunk])
-                tokens = torch.from_numpy(ids)
-                if device.type == "cuda":
-                    tokens = tokens.pin_memory()
-                yield WindowBatch([Window((j, offset), ids[i]) for i, j in enumerate(chunk)], tokens,
-                                  np.full(len(chunk), length, dtype=np.int64))
-
-    def compute(tokens: torch.Tensor, batch: WindowBatch) -> dict[str, torch.Tensor]:
-        rows, length = len(batch.windows), tokens.shape[1]
-        offset = batch.windows[0].key[1]
-        ref, alt = tokens[:rows], tokens[rows:]
-        with model.running():
-            cache = KVCache(model.config, rows, length, device=device, dtype=model.dtype)
-            inputs = torch.cat([torch.full_like(ref[:, :1], BOS_ID), ref[:, :-1]], dim=1)
-            ref_logits = model.module(inputs, cache=cache).logits
-            ref_ll = _masked_ll(ref_logits, ref)
-            alt_at_variant = _masked_ll(ref_logits[:, offset:offset + 1], alt[:, offset:offset + 1])
-            alt_sum = ref_ll[:, :offset].nansum(-1) + alt_at_variant.nansum(-1)
-            if offset + 1 < length:
-                cache.length = offset + 1
-                tail = model.module(alt[:, offset:length - 1], cache=cache).logits
-                alt_sum = alt_sum + _masked_ll(tail, alt[:, offset + 1:]).nansum(-1)
-        return {"ref": ref_ll.nansum(-1), "alt": alt_sum}
-
-    def place(batch: WindowBatch, out: dict[str, np.ndarray]) -> None:
-        for row, window in enumerate(batch.windows):
-            logp[window.key[0]] = out["ref"][row], out["alt"][row]
-        if progress is not None:
-            progress.update(len(batch.windows))
-
-    run_batches(prefetch(batches()), device, compute, place)
-    return logp
-
-
-def _masked_ll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    ll = per_position_log_likelihood(logits, labels)
-    return torch.where(NucleotideTokenizer.unambiguous_mask(labels), ll, torch.full_like(ll, float("nan")))

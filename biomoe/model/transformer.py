@@ -202,7 +202,7 @@ class Attention(nn.Module):
             if s > 1:
                 mask = mask.repeat(group, 1)
             q = q.reshape(b, self.num_kv_heads, group * s, d)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask).view(b, self.num_heads, s, d)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask).reshape(b, self.num_heads, s, d)
         return out.transpose(1, 2).reshape(b, s, -1)
 
 
