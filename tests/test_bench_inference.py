@@ -129,4 +129,6 @@ def test_reports_on_stderr_are_parsed():
     assert (report.bases, report.seconds, report.steps_per_s) == (128000, 3.2, 625.0)
     report = parse_report("scored 4,938,920 bases in 5.21 s (0.948 Mbp/s)\n")
     assert (report.bases, report.seconds, report.steps_per_s) == (4938920, 5.21, None)
+    report = parse_report("scored 2,048 variants in 2.00 s (1,024 variants/s)\n")
+    assert (report.bases, report.seconds) == (2048, 2.0)
     assert parse_report("wrote out.tsv\n") is None

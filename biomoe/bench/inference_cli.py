@@ -19,7 +19,7 @@ from functools import lru_cache
 __all__ = ["CommandRun", "accepted_options", "build_argv", "parse_report", "run_command"]
 
 _OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
-_REPORT = re.compile(r"(?P<verb>scored|embedded|generated)\s+(?P<n>[\d,]+)\s+bases\s+in\s+(?P<t>[\d.]+)\s*s"
+_REPORT = re.compile(r"(?P<verb>scored|embedded|generated)\s+(?P<n>[\d,]+)\s+(?:bases|variants)\s+in\s+(?P<t>[\d.]+)\s*s"
                      r"(?:[^\n]*?(?P<steps>[\d,.]+)\s+steps/s)?")
 
 
