@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from biomoe.checkpoint.run_folder import resolve_checkpoint
 
-__all__ = ["CommandParser", "add_batch_tokens_option", "add_device_option", "add_progress_option", "add_runtime_options",
+__all__ = ["CommandParser", "add_batch_tokens_option", "add_checkpoint_argument", "checkpoint_of", "add_device_option", "add_progress_option", "add_runtime_options",
            "model_from_args", "parse_model_command", "positive_int", "runtime_overrides"]
 
 RUNTIME_CHOICES = {"expert_backend": None, "attention_backend": ("auto", "torch", "te"),
@@ -92,12 +92,42 @@ def add_progress_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def parse_model_command(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
-    """Parse the options of a command that runs a checkpoint (``ckpt``): a run folder given there
-    becomes its best checkpoint, said once on stderr."""
-    args = parser.parse_args(argv)
+CHECKPOINT_HELP = "checkpoint file, or a run or version folder (its best checkpoint, else the last)"
+
+
+def add_checkpoint_argument(parser: argparse.ArgumentParser, inputs: str | None = None) -> None:
+    """The model of a command: ``--ckpt_path CKPT`` (Lightning's name, as fit/validate/test/predict
+    take it) or, as before, the first positional argument. ``inputs`` names the positional list
+    that follows it (``fasta``): with ``--ckpt_path`` given, a first positional is an input."""
+    parser.add_argument("ckpt", nargs="?", default=None, metavar="CKPT",
+                        help=CHECKPOINT_HELP + " (or give it as --ckpt_path)")
+    parser.add_argument("--ckpt_path", "--ckpt-path", dest="ckpt_path", default=None, metavar="CKPT",
+                        help=CHECKPOINT_HELP)
+    parser.set_defaults(_checkpoint_inputs=inputs)
+
+
+def checkpoint_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """Settle :func:`add_checkpoint_argument`'s two spellings into ``args.ckpt`` (resolved: a run
+    folder becomes its checkpoint, said once on stderr)."""
+    inputs = getattr(args, "_checkpoint_inputs", None)
+    if args.ckpt_path is not None:
+        if args.ckpt is not None:
+            if inputs is None:
+                parser.error(f"the checkpoint is given twice: {args.ckpt} and --ckpt_path {args.ckpt_path}")
+            setattr(args, inputs, [args.ckpt, *(getattr(args, inputs) or [])])
+        args.ckpt = args.ckpt_path
+    if args.ckpt is None:
+        parser.error("the model is missing: give --ckpt_path CKPT")
+    if inputs is not None and not getattr(args, inputs):
+        parser.error(f"the following arguments are required: {inputs}")
     args.ckpt = resolve_checkpoint(args.ckpt)
     return args
+
+
+def parse_model_command(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse the options of a command that runs a checkpoint (:func:`add_checkpoint_argument`): a
+    run folder given there becomes its checkpoint, said once on stderr."""
+    return checkpoint_of(parser.parse_args(argv), parser)
 
 
 def model_from_args(args: argparse.Namespace):

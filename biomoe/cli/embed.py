@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from biomoe.checkpoint.records import training_seq_length
-from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_device_option, add_progress_option,
-                                  add_runtime_options, model_from_args, parse_model_command, positive_int)
+from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
+                                  add_progress_option, add_runtime_options, model_from_args, parse_model_command,
+                                  positive_int)
 from biomoe.data.reader import total_length
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
@@ -33,8 +34,8 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="biomoe embed", description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
-    parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
+    add_checkpoint_argument(parser, inputs='fasta')
+    parser.add_argument("fasta", nargs="*", help="FASTA file(s) or folder")
     parser.add_argument("--out", required=True, type=Path, help="output .npz (written atomically)")
     parser.add_argument("--layer", default="final",
                         help="'final' (final norm output) or a block index K (residual stream after block K)")

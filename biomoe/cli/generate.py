@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from biomoe.checkpoint.records import training_seq_length
-from biomoe.cli.arguments import (CommandParser, add_device_option, add_progress_option, add_runtime_options,
-                                  model_from_args, parse_model_command, positive_int)
+from biomoe.cli.arguments import (CommandParser, add_checkpoint_argument, add_device_option, add_progress_option,
+                                  add_runtime_options, model_from_args, parse_model_command, positive_int)
 from biomoe.data.reader import contig_lookup
 from biomoe.data.registry import open_reader
 from biomoe.data.tokenizer import NucleotideTokenizer
@@ -95,7 +95,7 @@ def _temperature(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="biomoe generate", description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
+    add_checkpoint_argument(parser)
     prompt = parser.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", default=None, help="bases to continue (default: start from <bos> alone)")
     prompt.add_argument("--prompt-region", default=None, metavar="CONTIG:START-END",

@@ -1,6 +1,6 @@
 """``biomoe export-hf`` and ``biomoe import-hf``: a checkpoint to a transformers Mixtral folder and back.
 
-Both are ``prog SOURCE DEST``; the conversion itself is :mod:`biomoe.interop.hf`.
+Both are ``prog SOURCE DEST`` (export-hf also takes its checkpoint as ``--ckpt_path``); the conversion itself is :mod:`biomoe.interop.hf`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from biomoe.cli.arguments import CommandParser
+from biomoe.cli.arguments import CommandParser, add_checkpoint_argument, checkpoint_of
 from biomoe.interop.hf import export_hf, import_hf
 
 __all__ = ["export_main", "import_main"]
@@ -27,9 +27,16 @@ def _convert_main(argv: list[str], prog: str, description: str, source: str, des
 
 
 def export_main(argv: list[str]) -> int:
-    return _convert_main(argv, "biomoe export-hf",
-                         "checkpoint -> MixtralForCausalLM folder (weights, tokenizer, generation config, model card)",
-                         "ckpt", "out_dir", export_hf)
+    """``export-hf CKPT OUT_DIR``, or ``export-hf --ckpt_path CKPT OUT_DIR`` as every model command."""
+    parser = CommandParser(prog="biomoe export-hf", description="checkpoint -> MixtralForCausalLM folder "
+                           "(weights, tokenizer, generation config, model card)")
+    add_checkpoint_argument(parser, inputs="out_dir")
+    parser.add_argument("out_dir", nargs="*", help="the folder to write")
+    args = checkpoint_of(parser.parse_args(argv), parser)
+    if len(args.out_dir) != 1:
+        parser.error(f"expected one output folder, got {len(args.out_dir)}: {' '.join(args.out_dir)}")
+    print(f"wrote {export_hf(args.ckpt, args.out_dir[0])}")
+    return 0
 
 
 def import_main(argv: list[str]) -> int:

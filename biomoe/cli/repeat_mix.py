@@ -43,7 +43,8 @@ def checkpoint_log_probs(path: str, device: torch.device) -> LogProbs:
 def main(argv: list[str]) -> int:
     parser = CommandParser(prog="biomoe repeat-mix", description=__doc__.splitlines()[0])
     parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
-    parser.add_argument("--ckpt", default=None, help="biomoe checkpoint (default: an order-k Markov base)")
+    parser.add_argument("--ckpt_path", "--ckpt-path", "--ckpt", dest="ckpt", default=None,
+                        help="biomoe checkpoint, or a run folder (default: an order-k Markov base)")
     parser.add_argument("--markov-order", type=int, default=7)
     parser.add_argument("--k", type=int, default=None, help="repeat context length (default: log4(2N) + 6)")
     parser.add_argument("--switch", type=float, default=0.003, help="fixed-share weight moved per base")

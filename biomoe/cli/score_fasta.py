@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_device_option, add_progress_option,
-                                  add_runtime_options, model_from_args, positive_int)
+from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
+                                  add_progress_option, add_runtime_options, checkpoint_of, model_from_args,
+                                  positive_int)
 from biomoe.data.reader import total_length
 from biomoe.data.registry import open_reader
 from biomoe.files import atomic_path, check_outputs
@@ -41,9 +41,8 @@ __all__ = ["main"]
 
 def main(argv: list[str]) -> int:
     parser = CommandParser(prog="biomoe score-fasta", description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", help="Lightning checkpoint (or one written by import-hf), or a run folder: "
-                        "its best checkpoint")
-    parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
+    add_checkpoint_argument(parser, inputs='fasta')
+    parser.add_argument("fasta", nargs="*", help="FASTA file(s) or folder")
     parser.add_argument("--out", required=True, type=Path, help="output prefix: writes OUT.tsv (and OUT.npz)")
     parser.add_argument("--window", type=positive_int, default=1024, help="bases per window (default %(default)s)")
     add_batch_tokens_option(parser)
@@ -59,8 +58,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeat-follow-copies", action="store_true",
                         help="let the repeat expert follow copies past mismatches (implies --repeat-expert)")
     add_progress_option(parser)
-    args = parser.parse_args(argv)
-    args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
+    args = checkpoint_of(parser.parse_args(argv), parser)  # a run folder -> its checkpoint
     genome = open_reader(args.fasta)
     model = model_from_args(args)
     repeat = None

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 
-from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_device_option, add_progress_option,
-                                  add_runtime_options, model_from_args, positive_int)
+from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
+                                  add_progress_option, add_runtime_options, checkpoint_of, model_from_args,
+                                  positive_int)
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_path, check_outputs
@@ -26,8 +26,8 @@ __all__ = ["main"]
 
 def main(argv: list[str]) -> int:
     parser = CommandParser(prog="biomoe score-variants", description=__doc__.splitlines()[0])
-    parser.add_argument("ckpt", help="checkpoint, or a run folder (its best checkpoint)")
-    parser.add_argument("fasta", nargs="+", help="reference genome FASTA file(s)")
+    add_checkpoint_argument(parser, inputs='fasta')
+    parser.add_argument("fasta", nargs="*", help="reference genome FASTA file(s)")
     parser.add_argument("--variants", required=True, type=Path,
                         help="TSV (contig, position 1-based, ref, alt) or VCF/BCF (.vcf, .vcf.gz, .bcf)")
     parser.add_argument("--out", required=True, type=Path, help="output TSV")
@@ -36,8 +36,7 @@ def main(argv: list[str]) -> int:
     add_device_option(parser, help=None)
     add_runtime_options(parser)
     add_progress_option(parser)
-    args = parser.parse_args(argv)
-    args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder -> its best checkpoint
+    args = checkpoint_of(parser.parse_args(argv), parser)  # a run folder -> its checkpoint
     check_outputs([args.out], [args.ckpt, *args.fasta, args.variants])  # --out never replaces an input
     if is_vcf(args.variants):
         variants, skipped = read_vcf(args.variants)

@@ -1,0 +1,67 @@
+"""Every command that runs a model takes it as ``--ckpt_path`` (Lightning's name), the positional
+form kept as an alias; both spellings give the same result."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from biomoe.cli.main import main as cli_main
+from biomoe.model.config import ModelConfig
+from biomoe.model.transformer import MoETransformer
+from conftest import error_line, random_dna, save_checkpoint
+
+
+@pytest.fixture
+def files(tmp_path, write_fasta):
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
+                      ffn_hidden_size=32)
+    ckpt = save_checkpoint(tmp_path / "m.ckpt", MoETransformer(cfg), cfg, data={"seq_length": 32})
+    seq = random_dna(120, seed=3)
+    fasta = write_fasta({"c": seq})
+    variants = tmp_path / "v.tsv"
+    variants.write_text(f"c\t10\t{seq[9]}\t{'A' if seq[9] != 'A' else 'C'}\n")
+    return ckpt, fasta, variants
+
+
+COMMANDS = {
+    "score-fasta": lambda f, out: ([str(f[1]), "--out", str(out / "s")], out / "s.tsv"),
+    "embed": lambda f, out: ([str(f[1]), "--out", str(out / "e.npz")], out / "e.npz"),
+    "score-variants": lambda f, out: ([str(f[1]), "--variants", str(f[2]), "--out", str(out / "v.tsv")],
+                                      out / "v.tsv"),
+    "generate": lambda f, out: (["--length", "5", "--out", str(out / "g.fa")], out / "g.fa"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_ckpt_path_and_the_positional_checkpoint_are_the_same_command(command, files, tmp_path, capsys):
+    outputs = []
+    for spelling in ("positional", "option"):
+        out = tmp_path / spelling
+        out.mkdir()
+        rest, written = COMMANDS[command](files, out)
+        model = [str(files[0])] if spelling == "positional" else ["--ckpt_path", str(files[0])]
+        assert cli_main([command, *model, *rest, "--device", "cpu", "--no-progress"]) == 0
+        outputs.append(written.read_bytes())
+    capsys.readouterr()
+    if command != "embed":  # embed's .npz holds the same arrays; its zip timestamps differ
+        assert outputs[0] == outputs[1]
+
+
+def test_a_checkpoint_given_twice_or_not_at_all_is_one_line(files, tmp_path, capsys):
+    ckpt = str(files[0])
+    assert cli_main(["generate", ckpt, "--ckpt_path", ckpt, "--out", str(tmp_path / "g.fa")]) == 2
+    assert "given twice" in error_line(capsys.readouterr().err)
+    assert cli_main(["score-fasta", "--out", str(tmp_path / "s")]) == 2
+    assert "the model is missing" in error_line(capsys.readouterr().err)
+    assert cli_main(["score-fasta", "--ckpt_path", ckpt, "--out", str(tmp_path / "s")]) == 2
+    assert "required: fasta" in error_line(capsys.readouterr().err)
+
+
+def test_export_hf_takes_ckpt_path_too(files, tmp_path, capsys):
+    pytest.importorskip("safetensors")
+    assert cli_main(["export-hf", "--ckpt_path", str(files[0]), str(tmp_path / "hf")]) == 0
+    assert (tmp_path / "hf" / "config.json").is_file()
+    assert cli_main(["export-hf", "--ckpt_path", str(files[0])]) == 2
+    assert "required: out_dir" in error_line(capsys.readouterr().err)
