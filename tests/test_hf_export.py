@@ -174,3 +174,29 @@ def test_export_never_writes_over_its_input(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "is also an input" in err and len(err.splitlines()) == 1
     assert ckpt.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["tokenizer.json"]
+
+
+def test_export_takes_context_and_score_from_the_run(tmp_path):
+    """max_position_embeddings is the training length; a best-* checkpoint whose own callback state
+    predates its score gets it from the run's later checkpoint (last.ckpt)."""
+    from biomoe.checkpoint.run_folder import MONITOR
+
+    cfg = tiny_cfg()
+    torch.manual_seed(0)
+    model = MoETransformer(cfg)
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    best = folder / "best-step40-val1.9000.ckpt"
+    weights = {f"model.{k}": v for k, v in model.state_dict().items()}
+    key = "ModelCheckpoint{'monitor': '%s', 'mode': 'min'}" % MONITOR
+    common = {"state_dict": weights, "hyper_parameters": {"config": cfg},
+              "datamodule_hyper_parameters": {"seq_length": 128, "fasta": ["g.fa"]}, "global_step": 40}
+    torch.save({**common, "callbacks": {key: {"monitor": MONITOR, "best_k_models": {}}}}, best)
+    torch.save({**common, "global_step": 60,
+                "callbacks": {key: {"monitor": MONITOR, "best_model_path": str(best), "best_model_score": 1.9,
+                                    "best_k_models": {str(best): 1.9}}}}, folder / "last.ckpt")
+    out = export_hf(best, tmp_path / "hf")
+    assert json.loads((out / "config.json").read_text())["max_position_embeddings"] == 128
+    card = (out / "README.md").read_text()
+    (line,) = [line for line in card.splitlines() if "held-out bits/base" in line]
+    assert "1.9000" in line and "this checkpoint" in line

@@ -70,8 +70,15 @@ def check_exportable(model: MoETransformer) -> None:
         raise ConfigError("hidden_size must be divisible by num_heads")
 
 
-def hf_config(cfg: ModelConfig) -> dict:
-    """config.json contents for a MixtralForCausalLM with this shape."""
+UNRECORDED_CONTEXT = 131072
+"""``max_position_embeddings`` of a model whose training length is not recorded: rotary embeddings
+have no table to size, so this only bounds what transformers lets a user feed."""
+
+
+def hf_config(cfg: ModelConfig, max_positions: int | None = None) -> dict:
+    """config.json contents for a MixtralForCausalLM with this shape; ``max_positions`` is the
+    length the model was trained and validated on (its windows), so HF tools do not offer it
+    contexts it has never seen."""
     return {
         "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.ffn_hidden_size,
@@ -80,7 +87,7 @@ def hf_config(cfg: ModelConfig) -> dict:
         "num_local_experts": cfg.num_experts, "num_experts_per_tok": cfg.top_k,
         "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta,
         "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-        "tie_word_embeddings": cfg.tie_embeddings, "max_position_embeddings": 131072,
+        "tie_word_embeddings": cfg.tie_embeddings, "max_position_embeddings": max_positions or UNRECORDED_CONTEXT,
         "router_aux_loss_coef": cfg.aux_loss_coef, "output_router_logits": False, "router_jitter_noise": 0.0,
         "sliding_window": None, "attention_dropout": 0.0, "initializer_range": cfg.init_std,
         "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID, "torch_dtype": "float32",
@@ -197,7 +204,7 @@ def export_hf(ckpt_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     write_generation_config(out, model.config.vocab_size, max_new_tokens=context or 1024)
     total = sum(t.numel() for t in tensors.values())
     write_text(out / "README.md", model_card(model.config, total, record, Path(ckpt_path).name))
-    write_text(out / "config.json", json.dumps(hf_config(model.config), indent=2) + "\n")
+    write_text(out / "config.json", json.dumps(hf_config(model.config, context), indent=2) + "\n")
     return out
 
 

@@ -45,20 +45,41 @@ def training_record(ckpt_path: str | os.PathLike[str]) -> TrainingRecord:
     if isinstance(ckpt.get("global_step"), int):
         record.global_step = ckpt["global_step"]
     record.data = recorded(ckpt, "datamodule_hyper_parameters")
+    _read_score(record, ckpt, Path(ckpt_path), own_only=True)
+    if record.bits_per_base is None:
+        # A best-* checkpoint is written before its ModelCheckpoint records its score; a later
+        # checkpoint of the same run (last.ckpt, written when training ends) holds it.
+        for sibling in sorted(Path(ckpt_path).parent.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True):
+            if sibling.resolve() == Path(ckpt_path).resolve():
+                continue
+            other = read_checkpoint_or_none(sibling)
+            if other is not None:
+                _read_score(record, other, Path(ckpt_path), own_only=True)
+            if record.bits_per_base is not None:
+                break
+    if record.bits_per_base is None:
+        _read_score(record, ckpt, Path(ckpt_path))  # the run's best at the time this file was written
+    return record
+
+
+def _read_score(record: TrainingRecord, ckpt: Mapping[str, Any], path: Path, own_only: bool = False) -> None:
+    """The held-out score of ``path`` from one checkpoint's ModelCheckpoint state (``own_only``:
+    only a score recorded for ``path`` itself, not the run's best)."""
     for key, state in (ckpt.get("callbacks") or {}).items():
         if not (str(key).startswith("ModelCheckpoint") and isinstance(state, Mapping)):
             continue
         if state.get("monitor") != MONITOR:
             continue
         own = {_ckpt_name(p): s for p, s in (state.get("best_k_models") or {}).items()}
-        name = Path(ckpt_path).name
-        if name in own and own[name] is not None:
-            record.bits_per_base, record.score_source = float(own[name]), "this checkpoint"
-        elif state.get("best_model_score") is not None:
+        if path.name in own and own[path.name] is not None:
+            record.bits_per_base, record.score_source = float(own[path.name]), "this checkpoint"
+        elif not own_only and state.get("best_model_score") is not None:
             record.bits_per_base = float(state["best_model_score"])
             record.score_source = f"the run's best checkpoint, {_ckpt_name(state.get('best_model_path'))}"
+        elif own_only and _ckpt_name(state.get("best_model_path")) == path.name \
+                and state.get("best_model_score") is not None:
+            record.bits_per_base, record.score_source = float(state["best_model_score"]), "this checkpoint"
         break
-    return record
 
 
 def _fasta_names(data: Mapping[str, Any]) -> list[str]:
