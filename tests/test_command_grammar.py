@@ -65,3 +65,17 @@ def test_export_hf_takes_ckpt_path_too(files, tmp_path, capsys):
     assert (tmp_path / "hf" / "config.json").is_file()
     assert cli_main(["export-hf", "--ckpt_path", str(files[0])]) == 2
     assert "required: out_dir" in error_line(capsys.readouterr().err)
+
+
+def test_score_fasta_windows_default_to_the_training_length(files, tmp_path, capsys):
+    import numpy as np
+
+    ckpt, fasta, _ = files  # trained at seq_length 32
+    runs = {}
+    for name, extra in (("default", []), ("w32", ["--window", "32"]), ("w1024", ["--window", "1024"])):
+        assert cli_main(["score-fasta", "--ckpt_path", str(ckpt), str(fasta), "--out", str(tmp_path / name),
+                         "--per-base", "--device", "cpu", "--no-progress", *extra]) == 0
+        runs[name] = np.load(tmp_path / f"{name}.npz")["c"]
+    capsys.readouterr()
+    np.testing.assert_array_equal(runs["default"], runs["w32"])
+    assert not np.array_equal(runs["default"], runs["w1024"])  # a fresh context every 32 bases

@@ -4,8 +4,8 @@ A dedicated subcommand rather than ``biomoe predict``: scoring arbitrary FASTA f
 training split, datamodule or Trainer, only a checkpoint and a genome, and its output (one row per
 sequence plus per-base arrays keyed by contig) does not fit Lightning's batch-shaped predictions.
 
-Long contigs are scored in consecutive windows of ``--window`` bases (the training length by
-default); like in training, each window starts with a fresh context, so the first bases of a window
+Long contigs are scored in consecutive windows of ``--window`` bases (the checkpoint's training
+length by default); like in training, each window starts with a fresh context, so the first bases of a window
 are predicted with little context (:mod:`biomoe.inference.score_fasta` does the scoring). Outputs:
 
 * ``OUT.tsv``: contig, length, scored_bases (A/C/G/T), log_likelihood (nats), bits_per_base;
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from biomoe.checkpoint.records import training_seq_length
 from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
                                   add_progress_option, add_runtime_options, checkpoint_of, model_from_args,
                                   positive_int)
@@ -44,7 +45,8 @@ def main(argv: list[str]) -> int:
     add_checkpoint_argument(parser, inputs='fasta')
     parser.add_argument("fasta", nargs="*", help="FASTA file(s) or folder")
     parser.add_argument("--out", required=True, type=Path, help="output prefix: writes OUT.tsv (and OUT.npz)")
-    parser.add_argument("--window", type=positive_int, default=1024, help="bases per window (default %(default)s)")
+    parser.add_argument("--window", type=positive_int, default=None,
+                        help="bases per window (default: the checkpoint's training seq_length, else 1024)")
     add_batch_tokens_option(parser)
     parser.add_argument("--batch-size", type=positive_int, default=None, help="at most this many windows per "
                         "forward pass (default: as many as --batch-tokens holds)")
@@ -60,6 +62,7 @@ def main(argv: list[str]) -> int:
     add_progress_option(parser)
     args = checkpoint_of(parser.parse_args(argv), parser)  # a run folder -> its checkpoint
     genome = open_reader(args.fasta)
+    window = args.window or training_seq_length(args.ckpt) or 1024
     model = model_from_args(args)
     repeat = None
     if args.repeat_expert or args.repeat_fasta or args.repeat_follow_copies:
@@ -72,7 +75,7 @@ def main(argv: list[str]) -> int:
     check_outputs([tsv, npz if args.per_base else None], [args.ckpt, *args.fasta, *(args.repeat_fasta or [])])
     with progress_bar(total_length(genome), "score-fasta", disable=args.no_progress) as bar:
         started = time.perf_counter()
-        per_base = score_genome(model, genome, args.window, args.batch_size, repeat, progress=bar,
+        per_base = score_genome(model, genome, window, args.batch_size, repeat, progress=bar,
                                 batch_tokens=args.batch_tokens)
         elapsed = time.perf_counter() - started
     bases = sum(values.size for values in per_base.values())
