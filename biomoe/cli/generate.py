@@ -25,7 +25,7 @@ import numpy as np
 from biomoe.checkpoint.records import training_seq_length
 from biomoe.cli.arguments import (CommandParser, add_checkpoint_argument, add_device_option, add_progress_option,
                                   add_runtime_options, model_from_args, parse_model_command, positive_int)
-from biomoe.data.reader import contig_lookup
+from biomoe.data.contig_names import ContigNameError, ContigNames
 from biomoe.data.registry import open_reader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
@@ -54,15 +54,17 @@ def _prompt_from_args(args: argparse.Namespace) -> tuple[np.ndarray | None, str,
             contig, start, end = parse_region(args.prompt_region)
         except ValueError as exc:
             raise GenomeInputError(None, f"--prompt-region: {exc}") from None
-        index = contig_lookup(genome)
-        if contig not in index:
-            raise GenomeInputError(source, f"--prompt-region: contig '{contig}' is not in the genome")
-        length = genome.contigs[index[contig]].length
+        try:  # the full ID, its accession (NC_011333.1, NC_011333) or a unique prefix
+            index = ContigNames(genome).resolve(contig)
+        except ContigNameError as exc:
+            raise GenomeInputError(source, f"--prompt-region: {exc}") from None
+        contig = genome.contigs[index].name  # the header names the contig by its full ID
+        length = genome.contigs[index].length
         start, end = (0, length) if start is None else (start, end)
         if end > length:
             raise GenomeInputError(source, f"--prompt-region {args.prompt_region}: beyond the end of "
                                                f"{contig} ({length:,} bp)")
-        return tokenizer.encode(genome.fetch(contig, start, end)), f"prompt={contig}:{start + 1}-{end}", \
+        return tokenizer.encode(genome.fetch(index, start, end)), f"prompt={contig}:{start + 1}-{end}", \
             list(genome.paths)
     return None, "prompt=none", []
 
