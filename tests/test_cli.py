@@ -112,20 +112,29 @@ def test_predict_writes_scores_consistent_with_validation(fitted):
 
     out, _ = fitted
     ckpt = next(out.rglob("last.ckpt"))
-    result = run_cli("predict", "--config", str(ROOT / "configs/tiny.yaml"), "--ckpt_path", str(ckpt),
-                     "--trainer.default_root_dir", str(out / "pred"),
-                     "--data.fasta", str(ROOT / "data/lambda_virus.fa.gz"))
+    predict = ("predict", "--config", str(ROOT / "configs/tiny.yaml"), "--ckpt_path", str(ckpt),
+               "--trainer.default_root_dir", str(out / "pred"), "--trainer.logger.init_args.save_dir", str(out / "pred"),
+               "--data.fasta", str(ROOT / "data/lambda_virus.fa.gz"))
+    result = run_cli(*predict)
     assert result.returncode == 0, result.stderr[-3000:]
-    with open(out / "pred" / "predictions" / "window_scores.tsv") as handle:
+    (folder,) = [p.parent for p in (out / "pred").rglob("window_scores.tsv")]
+    assert folder.name == "predictions" and folder.parent.name.startswith("version_")
+    with open(folder / "window_scores.tsv") as handle:
         rows = list(csv.DictReader(handle, delimiter="\t"))
     assert len(rows) >= 8 and all(r["contig"].startswith("gi|") for r in rows)
     starts = [int(r["start"]) for r in rows]
     assert starts == sorted(starts) and int(rows[0]["start"]) >= int(48502 * 0.9)
-    per_base = np.load(out / "pred" / "predictions" / "per_base_loglik.npz")
-    assert per_base[f"w{rows[0]['window']}"].shape == (128,)
+    per_base = np.load(folder / "per_base_loglik.npz")
+    assert list(per_base["window"]) == [int(r["window"]) for r in rows] and set(per_base["length"]) == {128}
+    first = per_base["log_likelihood"][:128]
+    assert float(np.nansum(first)) == pytest.approx(float(rows[0]["log_likelihood"]), abs=1e-3)
+    assert list(per_base["contig_names"]) == [rows[0]["contig"]]
     seen = rows[: 4 * 8]  # tiny.yaml validates limit_val_batches=4 batches of 8 windows
     nats = -sum(float(r["log_likelihood"]) for r in seen) / sum(int(r["scored_bases"]) for r in seen)
     val_ce = read_series(next(out.rglob("metrics.csv")), "val/ce")[-1]
     assert nats == pytest.approx(val_ce, rel=1e-4)
     assert float(rows[0]["bits_per_base"]) == pytest.approx(
         -float(rows[0]["log_likelihood"]) / int(rows[0]["scored_bases"]) / math.log(2), rel=1e-4)
+    again = run_cli(*predict)  # a second predict keeps the first one's results
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(list((out / "pred").rglob("window_scores.tsv"))) == 2

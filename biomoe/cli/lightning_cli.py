@@ -28,6 +28,7 @@ from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.checkpoint.save import AtomicCheckpointIO
 from biomoe.checkpoint.verify import (check_checkpoint_file, check_shapes, check_structure, resolve_checkpoint_alias,
                                       verify_checkpoint)
+from biomoe.cli import DESCRIPTION
 from biomoe.cli.checkpoint_data import EVALUATING, data_keys_on_command_line, describe, settings_to_apply
 from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS
 from biomoe.cli.saved_config import AtomicSaveConfigCallback
@@ -162,8 +163,7 @@ class BioMoECLI(LightningCLI):
         self._check_ckpt_folder()
         self._warn_untrained()
         if not any(isinstance(cb, BasePredictionWriter) for cb in self.trainer.callbacks):
-            out_dir = Path(self.trainer.default_root_dir) / "predictions"
-            self.trainer.callbacks.append(WindowScoreWriter(str(out_dir)))
+            self.trainer.callbacks.append(WindowScoreWriter())  # inside the run's version folder
         if self.trainer.progress_bar_callback is None:
             # Configs turn the bar off to keep fit's logs short; scoring a genome still shows progress.
             self.trainer.callbacks.append(TQDMProgressBar())
@@ -318,7 +318,6 @@ def run_lightning_cli(args: list[str] | None = None, cli_class: type[BioMoECLI] 
         save_config_callback=AtomicSaveConfigCallback,
         save_config_kwargs={"overwrite": True},
         parser_kwargs={"exit_on_error": False,  # main() prints argument errors as one line
-                       "description": "biomoe: Mixture-of-Experts language models for genomes. "
-                                      "Each subcommand has its own --help."},
+                       "description": DESCRIPTION},
         args=args,
     )

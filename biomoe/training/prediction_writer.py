@@ -23,17 +23,37 @@ class WindowScoreWriter(BasePredictionWriter):
     """Collects ``predict_step`` outputs and writes ``window_scores.tsv`` and ``per_base_loglik.npz``.
 
     TSV columns: window, contig, start (0-based), end, scored_bases (unambiguous A/C/G/T),
-    log_likelihood (nats, summed), bits_per_base. The npz holds one float32 array per window
-    (``w{index}``) with log p(base) in nats at each position, NaN where the base is not scored.
+    log_likelihood (nats, summed), bits_per_base. The npz holds, like ``embed``'s, one array and
+    its index: ``log_likelihood`` (float32, every window's per-base log p in nats one after the
+    other, NaN where the base is not scored), and per window (in TSV order) ``window``, ``offset``
+    (its first value in ``log_likelihood``), ``length``, ``start`` and ``contig`` (an index into
+    ``contig_names``).
+
+    Without ``output_dir`` the files go to ``predictions/`` inside the run's version folder (the
+    logger's), so a second predict never replaces the first one's results; without a logger, to
+    the first free ``predictions``, ``predictions_1``, ... under the trainer's root.
     """
 
-    def __init__(self, output_dir: str = "predictions") -> None:
+    def __init__(self, output_dir: str | None = None) -> None:
         super().__init__(write_interval="epoch")
-        self.output_dir = Path(output_dir)
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+
+    def _folder(self, trainer) -> Path:
+        if self.output_dir is not None:
+            return self.output_dir
+        if trainer.logger is not None and trainer.log_dir is not None:
+            return Path(trainer.log_dir) / "predictions"
+        root = Path(trainer.default_root_dir)
+        folder, n = root / "predictions", 0
+        while folder.exists() and any(folder.iterdir()):
+            n += 1
+            folder = root / f"predictions_{n}"
+        return folder
 
     def write_on_epoch_end(self, trainer, pl_module, predictions: Sequence[Any],
                            batch_indices: Sequence[Any]) -> None:
-        self.output_dir.mkdir(parents=True, exist_ok=True)
+        folder = self._folder(trainer)
+        folder.mkdir(parents=True, exist_ok=True)
         dataset = _predict_dataset(trainer)
         rows, arrays = [], {}
         flat_preds = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
@@ -52,18 +72,28 @@ class WindowScoreWriter(BasePredictionWriter):
                 rows.append({"window": index, "contig": contig, "start": start, "end": end,
                              "scored_bases": n, "log_likelihood": f"{total:.4f}",
                              "bits_per_base": f"{-total / n / math.log(2):.5f}" if n else "nan"})
-                arrays[f"w{index}"] = values.astype(np.float32)
+                arrays[index] = values.astype(np.float32)
         rows.sort(key=lambda r: r["window"])
+        names = sorted({r["contig"] for r in rows}, key=[r["contig"] for r in rows].index)
+        lengths = np.array([arrays[r["window"]].size for r in rows], dtype=np.int64)
+        index = {"log_likelihood": np.concatenate([arrays[r["window"]] for r in rows]) if rows
+                 else np.zeros(0, dtype=np.float32),
+                 "window": np.array([r["window"] for r in rows], dtype=np.int64),
+                 "offset": np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if rows
+                 else np.zeros(0, dtype=np.int64),
+                 "length": lengths, "start": np.array([r["start"] for r in rows], dtype=np.int64),
+                 "contig": np.array([names.index(r["contig"]) for r in rows], dtype=np.int32),
+                 "contig_names": np.array(names, dtype=str)}
         # Under DDP each rank scores its own shard of windows: one file pair per rank.
         suffix = f".rank{trainer.global_rank}" if trainer.world_size > 1 else ""
-        tsv, npz = self.output_dir / f"window_scores{suffix}.tsv", self.output_dir / f"per_base_loglik{suffix}.npz"
+        tsv, npz = folder / f"window_scores{suffix}.tsv", folder / f"per_base_loglik{suffix}.npz"
         # atomic, and never over an input of the run (the genome, the checkpoint, the config)
         with atomic_write(tsv, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["window"], delimiter="\t")
             writer.writeheader()
             writer.writerows(rows)
         with atomic_write(npz, "wb") as handle:
-            np.savez_compressed(handle, **arrays)
+            np.savez_compressed(handle, **index)
         print(f"predictions: {tsv} ({len(rows)} windows), {npz}")
 
 
