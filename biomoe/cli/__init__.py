@@ -16,3 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     from biomoe.cli.main import main as run
 
     return run(argv)
+
+
+DESCRIPTION = "biomoe: Mixture-of-Experts language models for genomes. Each subcommand has its own --help."
+"""What ``cli.py --help`` says above the list of subcommands."""

@@ -11,6 +11,7 @@ Pass ``--debug`` (or set ``BIOMOE_DEBUG=1``) to see the traceback.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import logging
@@ -21,7 +22,8 @@ import warnings
 from argparse import ArgumentError
 
 from biomoe import files
-from biomoe.cli.commands import EXTRA_COMMANDS
+from biomoe.cli import DESCRIPTION
+from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS
 from biomoe.cli.user_errors import INTERRUPTED, classify
 
 __all__ = ["main", "summarize_argument_error"]
@@ -43,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = functools.partial(_show_warning, fallback=shown)  # biomoe's own: one line each
     try:
         with files.input_scope():  # inputs registered by this command only
+            if argv in (["--help"], ["-h"]):  # the list of commands needs neither Lightning nor torch
+                print(command_list_help(), end="")
+                raise SystemExit(0)
             if argv and argv[0] in EXTRA_COMMANDS:
                 module_name, func_name = EXTRA_COMMANDS[argv[0]].split(":")
                 # Each command's module is imported only when it runs: ``--help`` stays quick.
@@ -76,6 +81,25 @@ def main(argv: list[str] | None = None) -> int:
         return found.exit_code
     finally:
         warnings.showwarning = shown
+
+
+def command_list_help() -> str:
+    """``cli.py --help``: the options LightningCLI's parser has above its subcommands, then every
+    subcommand with its line from the command table (:mod:`biomoe.cli.commands`)."""
+    usage = f"%(prog)s [-h] [-c CONFIG] [--print_config [=flags]]\n       {{{','.join(COMMANDS)}}} ..."
+    parser = argparse.ArgumentParser(usage=usage, description=DESCRIPTION, add_help=False)
+    parser.add_argument("-h", "--help", action="help", help="Show this help message and exit.")
+    parser.add_argument("-c", "--config", help="Path to a configuration file in json or yaml format.")
+    parser.add_argument("--print_config", metavar="=flags", nargs="?",
+                        help="Print the configuration after applying all other arguments and exit. The optional "
+                             "flags customizes the output and are one or more keywords separated by comma. The "
+                             "supported flags are: skip_default, skip_unset.")
+    subcommands = parser.add_subparsers(title="subcommands", description="For more details of each subcommand, "
+                                        "add it as an argument followed by --help.", metavar="Available subcommands:",
+                                        help="(required)")
+    for name, command in COMMANDS.items():
+        subcommands.add_parser(name, help=command.summary, add_help=False)
+    return parser.format_help()
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from biomoe.compat.lightning import BUILD_PHASE_FRAMES, CHECKPOINT_SELECTION_FRAMES
-from biomoe.errors import GenomeInputError
-from biomoe.model.config import ConfigError
+from biomoe.errors import ConfigError, GenomeInputError
 
 __all__ = ["INTERRUPTED", "UserError", "classify", "one_line"]
 

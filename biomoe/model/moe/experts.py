@@ -11,8 +11,10 @@ already grouped by expert. :data:`EXPERT_BACKENDS` is the one table of them: eac
 name (what ``model.runtime.expert_backend`` says), a priority and an availability check, from
 which ``auto`` is resolved and every list of valid names is printed. The torch backends ``loop``
 and ``grouped`` are registered here; other packages register theirs with
-:func:`register_expert_backend` when they are imported (``biomoe.backends`` registers Transformer
-Engine's ``te`` and ``te_fused``), so the model never imports them.
+:func:`register_expert_backend` when they are imported, or name a loader that does so the first
+time the registry is asked (:meth:`ExpertBackendRegistry.add_loader`: importing ``biomoe`` makes
+``biomoe.backends`` register Transformer Engine's ``te`` and ``te_fused`` that way), so the model
+never imports them.
 """
 
 from __future__ import annotations
@@ -123,6 +125,17 @@ class ExpertBackendRegistry:
 
     def __init__(self) -> None:
         self._specs: dict[str, ExpertBackendSpec] = {}
+        self._loaders: list[Callable[[], object]] = []
+
+    def add_loader(self, loader: Callable[[], object]) -> None:
+        """Run ``loader`` (which registers backends) the first time names are listed, looked up or
+        resolved: a package can offer its backends without being imported until they are asked for
+        (``biomoe`` registers ``te`` and ``te_fused`` so; importing the package stays fast)."""
+        self._loaders.append(loader)
+
+    def _load(self) -> None:
+        while self._loaders:  # popped first: a loader that lists names itself does not recurse
+            self._loaders.pop(0)()
 
     def register(self, spec: ExpertBackendSpec) -> None:
         """Add ``spec``. Registering the same factory again (a module imported twice) replaces it;
@@ -139,13 +152,16 @@ class ExpertBackendRegistry:
 
     def names(self) -> list[str]:
         """Registered backend names, sorted."""
+        self._load()
         return sorted(self._specs)
 
     def choices(self) -> list[str]:
         """Every value ``model.runtime.expert_backend`` accepts: the names and ``auto``, sorted."""
+        self._load()
         return sorted([*self._specs, AUTO])
 
     def spec(self, name: str) -> ExpertBackendSpec:
+        self._load()
         if name == AUTO:
             raise ValueError(f"expert backend {AUTO!r} is resolved when the model is built "
                              "(biomoe.build.build_model); the Experts module needs a concrete name")
@@ -158,6 +174,7 @@ class ExpertBackendRegistry:
 
     def by_priority(self) -> list[ExpertBackendSpec]:
         """The backends ``auto`` may choose, highest priority first (ties by name)."""
+        self._load()
         ranked = [s for s in self._specs.values() if s.priority is not None]
         return sorted(ranked, key=lambda s: (-s.priority, s.name))
 

@@ -1,0 +1,56 @@
+"""``cli.py --help`` lists the commands without importing torch or Lightning (start-up time: those
+two take seconds to import; scripts/bench_startup.py measures it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "lightning", "jsonargparse", "transformer_engine", "transformers", "matplotlib")
+
+
+def modules_imported_by(args: list[str]) -> tuple[str, set[str]]:
+    """stdout of ``cli.py ARGS`` (run as a script in a fresh interpreter) and the top-level
+    modules it imported."""
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['cli.py', *{args!r}]\n"
+            "try:\n"
+            "    runpy.run_path('cli.py', run_name='__main__')\n"
+            "except SystemExit as exc:\n"
+            "    assert exc.code in (0, None), exc.code\n"
+            "print('@@' + ' '.join(sorted({name.split('.')[0] for name in sys.modules})))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out, _, names = done.stdout.rpartition("@@")
+    return out, set(names.split())
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_the_command_list_imports_neither_torch_nor_lightning(flag):
+    out, imported = modules_imported_by([flag])
+    assert "score-fasta" in out and "fit" in out
+    assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+
+
+def test_importing_the_package_imports_no_torch():
+    code = "import sys, biomoe, biomoe.cli.main; print(' '.join(m for m in sys.modules if m.split('.')[0] in %r))" % (
+        HEAVY,)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "", done.stdout + done.stderr
+
+
+def test_the_package_names_still_resolve_and_every_shipped_backend_is_registered():
+    code = ("import sys, biomoe\n"
+            "from biomoe.model.config import RuntimeConfig\n"
+            "assert 'biomoe.backends' not in sys.modules\n"
+            "RuntimeConfig(expert_backend='te_fused')\n"  # valid without importing biomoe.backends first
+            "from biomoe.model.moe.experts import EXPERT_BACKENDS\n"
+            "assert {'loop', 'grouped', 'te', 'te_fused'} <= set(EXPERT_BACKENDS.names())\n"
+            "from biomoe import ConfigError, ModelConfig, MoETransformer\n"
+            "assert ConfigError is __import__('biomoe.errors').errors.ConfigError\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
