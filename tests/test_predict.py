@@ -101,7 +101,9 @@ def test_variant_table_cli_and_reference_mismatch_error(ckpt, write_fasta, tmp_p
     assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table),
                      "--out", str(tmp_path / "o.tsv"), "--window", "64"]) == 0
     out = (tmp_path / "o.tsv").read_text().splitlines()
-    assert len(out) == 2 and out[1].startswith(f"chr\t10\t{seq[9]}\t{alt}\t0\t")
+    assert out[0].split("\t") == ["contig", "position", "id", "ref", "alt", "window_start", "logp_ref", "logp_alt",
+                                  "llr"]
+    assert len(out) == 2 and out[1].startswith(f"chr\t10\t.\t{seq[9]}\t{alt}\t0\t")  # no id column: '.'
     capsys.readouterr()  # the successful run's progress bar
     table.write_text(f"chr\t10\t{seq[9]}\t{alt}\nchr\t100\t{wrong}\tT\n")
     assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table),

@@ -65,13 +65,15 @@ def test_vcf_scores_equal_the_same_variants_from_a_table(ckpt, write_fasta, tmp_
         vcf = tmp_path / "calls.vcf.gz"
     variants, _ = read_vcf(vcf)
     table = tmp_path / "same.tsv"
-    table.write_text("".join(f"{v.contig}\t{v.position}\t{v.ref}\t{v.alt}\n" for v in variants))
+    table.write_text("contig\tposition\tref\talt\tid\n"
+                     + "".join(f"{v.contig}\t{v.position}\t{v.ref}\t{v.alt}\t{v.id}\n" for v in variants))
     common = [str(ckpt), str(fasta), "--window", "64"]
     assert cli_main(["score-variants", *common, "--variants", str(vcf), "--out", str(tmp_path / "v.tsv")]) == 0
     assert "skipped 2 ALT allele(s)" in capsys.readouterr().err
     assert cli_main(["score-variants", *common, "--variants", str(table), "--out", str(tmp_path / "t.tsv")]) == 0
     from_vcf = (tmp_path / "v.tsv").read_text().splitlines()
     assert len(from_vcf) == 1 + 4 and from_vcf == (tmp_path / "t.tsv").read_text().splitlines()
+    assert [line.split("\t")[2] for line in from_vcf] == ["id", "rs1", ".", ".", "."]  # the VCF ID carried
 
 
 def test_vcf_problems_are_one_line(ckpt, write_fasta, tmp_path, capfd, monkeypatch):
@@ -94,3 +96,94 @@ def test_vcf_problems_are_one_line(ckpt, write_fasta, tmp_path, capfd, monkeypat
     assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(bad),
                      "--out", str(tmp_path / "o.tsv")]) == 2
     assert "pip install 'biomoe[vcf]'" in capfd.readouterr().err
+
+
+INFO_HEADER = ('##INFO=<ID=AF,Number=A,Type=Float,Description="f">\n'
+               '##INFO=<ID=AD,Number=R,Type=Integer,Description="d">\n'
+               '##INFO=<ID=DB,Number=0,Type=Flag,Description="b">\n'
+               '##INFO=<ID=GENE,Number=1,Type=String,Description="g">\n')
+
+
+def test_vcf_id_and_info_fields_become_columns(ckpt, write_fasta, tmp_path, capsys):
+    """Per-ALT fields give each allele its own value; flags read true/false; absent fields stay empty."""
+    fasta = write_fasta({"chr1": SEQ})
+    a, b = _other(SEQ[99]), _other(SEQ[99], _other(SEQ[99]))
+    header = HEADER.replace("#CHROM", INFO_HEADER + "#CHROM")
+    vcf = tmp_path / "calls.vcf"
+    vcf.write_text(header + f"chr1\t50\trs1\t{SEQ[49]}\t{_other(SEQ[49])}\t.\tPASS\tAF=0.25;DB;GENE=lacZ\n"
+                            f"chr1\t100\t.\t{SEQ[99]}\t{a},{b}\t.\tPASS\tAF=0.1,0.5;AD=7,2,1\n")
+    variants, _ = read_vcf(vcf, ["AF", "AD", "DB", "GENE"])
+    assert [v.id for v in variants] == ["rs1", ".", "."]
+    assert [dict(v.info) for v in variants] == [
+        {"AF": "0.25", "AD": "", "DB": "true", "GENE": "lacZ"},
+        {"AF": "0.1", "AD": "7,2", "DB": "false", "GENE": ""},
+        {"AF": "0.5", "AD": "7,1", "DB": "false", "GENE": ""}]
+    out = tmp_path / "o.tsv"
+    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(vcf), "--out", str(out),
+                     "--window", "64", "--info", "AF,DB", "--info", "GENE"]) == 0
+    lines = [line.split("\t") for line in out.read_text().splitlines()]
+    assert lines[0] == ["contig", "position", "id", "ref", "alt", "window_start", "logp_ref", "logp_alt", "llr",
+                        "AF", "DB", "GENE"]
+    assert [row[:3] + row[9:] for row in lines[1:]] == [["chr1", "50", "rs1", "0.25", "true", "lacZ"],
+                                                         ["chr1", "100", ".", "0.1", "false", ""],
+                                                         ["chr1", "100", ".", "0.5", "false", ""]]
+    capsys.readouterr()
+    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(vcf), "--out", str(out),
+                     "--info", "NOPE"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "NOPE not declared" in err
+
+
+def test_table_id_column_is_read_by_header_and_four_columns_still_read(tmp_path):
+    from biomoe.inference.score_variants import read_variants
+
+    table = tmp_path / "v.tsv"
+    table.write_text("contig\tposition\tref\talt\tid\nchr1\t5\tA\tG\tv1\nchr1\t6\tC\tT\t\n")
+    assert [(v.position, v.id) for v in read_variants(table)] == [(5, "v1"), (6, ".")]
+    table.write_text("chr1\t5\tA\tG\tnot-an-id\n")  # no header naming it: the 5th column is not read
+    assert read_variants(table) == [Variant("chr1", 5, "A", "G")]
+    table.write_text("contig\tposition\tid\tref\talt\twindow_start\nchr1\t5\tv1\tA\tG\t0\n")  # the output's order
+    assert read_variants(table) == [Variant("chr1", 5, "A", "G", "v1")]
+
+
+def test_skip_mismatched_lists_the_skipped_and_removes_a_stale_list(ckpt, write_fasta, tmp_path, capsys):
+    gi = "gi|208433976|ref|NC_011333.1|"
+    fasta = write_fasta({gi: SEQ})
+    good = f"NC_011333\t50\t{SEQ[49]}\t{_other(SEQ[49])}\tok1"  # the accession names the gi| contig
+    wrong = f"{gi}\t100\t{_other(SEQ[99])}\tA\tbad1"
+    table = tmp_path / "v.tsv"
+    table.write_text("contig\tposition\tref\talt\tid\n" + "\n".join(
+        [good, wrong, "chrX\t5\tA\tC\tbad2", f"NC_011333.1\t400\t{SEQ[399]}\t{_other(SEQ[399])}\tok2",
+         f"NC_011333.1\t401\tA\tC\tbad3"]) + "\n")
+    out = tmp_path / "effects.tsv"
+    listed = tmp_path / "effects.skipped.tsv"
+    common = ["score-variants", str(ckpt), str(fasta), "--variants", str(table), "--out", str(out), "--window", "64"]
+    assert cli_main(common) == 2  # without the flag the first mismatch stops, as before
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not match" in err and not out.exists() and not listed.exists()
+    assert cli_main(common + ["--skip-mismatched"]) == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if "skipped 3 variant(s)" in line]
+    assert len(notes) == 1 and str(listed) in notes[0]
+    rows = [line.split("\t") for line in out.read_text().splitlines()[1:]]
+    assert [(r[0], r[1], r[2]) for r in rows] == [("NC_011333", "50", "ok1"), ("NC_011333.1", "400", "ok2")]
+    skipped = [line.split("\t") for line in listed.read_text().splitlines()]
+    assert skipped[0] == ["contig", "position", "id", "ref", "alt", "reason"]
+    assert [(r[2], r[5].split(" (")[0]) for r in skipped[1:]] == [
+        ("bad1", "reference mismatch"), ("bad2", "contig not in the genome"), ("bad3", "beyond contig end")]
+    from biomoe.inference.score_variants import read_variants
+    assert [v.id for v in read_variants(listed)] == ["bad1", "bad2", "bad3"]  # the list reads back as a table
+    table.write_text("contig\tposition\tref\talt\tid\n" + good + "\n")
+    assert cli_main(common + ["--skip-mismatched"]) == 0
+    assert not listed.exists() and len(out.read_text().splitlines()) == 2  # no stale list beside new results
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp") or ".tmp." in p.name]  # no temporary files left
+
+
+def test_ambiguous_contig_in_a_table_is_one_line_even_when_skipping(ckpt, write_fasta, tmp_path, capsys):
+    fasta = write_fasta({"gi|1|ref|NC_5.1|": SEQ, "gi|2|ref|NC_5.2|": SEQ})
+    table = tmp_path / "v.tsv"
+    table.write_text(f"NC_5\t50\t{SEQ[49]}\t{_other(SEQ[49])}\n")
+    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table), "--out",
+                     str(tmp_path / "o.tsv"), "--skip-mismatched"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "ambiguous" in err and "gi|1|ref|NC_5.1|, gi|2|ref|NC_5.2|" in err

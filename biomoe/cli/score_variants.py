@@ -2,16 +2,27 @@
 
 Reads the variants (a TSV table, or a VCF/BCF with pysam), scores each substitution's reference
 and alternative window with the checkpoint's model (:mod:`biomoe.inference.score_variants`
-describes the windows, the table format and which VCF records are skipped) and writes one TSV
-row per variant: the inputs, window_start (0-based), logp_ref, logp_alt and llr (nats).
+describes the windows, the table format, how contigs are named and which VCF records are skipped)
+and writes one TSV row per variant: contig, position, id, ref, alt as read (the VCF ID or the
+table's id column, ``.`` when absent, so results join back to the input), window_start (0-based),
+logp_ref, logp_alt and llr (nats), then the INFO fields asked for with ``--info``.
+
+``--skip-mismatched`` sets aside variants the genome cannot score as given (reference allele not
+in the genome, unknown contig, beyond the contig end) instead of stopping at the first: they are
+counted on stderr and listed with the reason in ``OUT.skipped.tsv`` (``effects.skipped.tsv`` for
+``--out effects.tsv``), itself a variant table. Both files are replaced atomically, the list
+first; a run that skips nothing removes a list left by an earlier run, so the list beside an
+output always belongs to it.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import os
 import sys
 import time
 from pathlib import Path
-
 
 from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
                                   add_progress_option, add_runtime_options, checkpoint_of, model_from_args,
@@ -19,39 +30,82 @@ from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_ch
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_path, check_outputs
-from biomoe.inference.score_variants import is_vcf, prepare_windows, read_variants, read_vcf, score_windows
+from biomoe.inference.score_variants import Variant, check_variants, is_vcf, read_variants, read_vcf, score_windows
 from biomoe.progress import progress_bar
 
-__all__ = ["main"]
+__all__ = ["main", "skipped_path"]
+
+COLUMNS = ["contig", "position", "id", "ref", "alt", "window_start", "logp_ref", "logp_alt", "llr"]
+
+
+def skipped_path(out: Path) -> Path:
+    """Where the variants set aside by ``--skip-mismatched`` are listed, beside ``out``."""
+    stem = out.name[:-len(".tsv")] if out.name.lower().endswith(".tsv") and len(out.name) > 4 else out.name
+    return out.with_name(stem + ".skipped.tsv")
+
+
+def _info_keys(text: str) -> list[str]:
+    keys = [key.strip() for key in text.split(",")]
+    if not all(keys) or any(set(key) & set(" \t;=") for key in keys):
+        raise argparse.ArgumentTypeError(f"expected INFO keys separated by commas (AF,DP), got {text!r}")
+    return keys
+
+
+def _cell(value: object) -> str:
+    return f"{value:.6f}" if isinstance(value, float) else str(value)
+
 
 def main(argv: list[str]) -> int:
     parser = CommandParser(prog="biomoe score-variants", description=__doc__.splitlines()[0])
     add_checkpoint_argument(parser, inputs='fasta')
     parser.add_argument("fasta", nargs="*", help="reference genome FASTA file(s)")
     parser.add_argument("--variants", required=True, type=Path,
-                        help="TSV (contig, position 1-based, ref, alt) or VCF/BCF (.vcf, .vcf.gz, .bcf)")
+                        help="TSV (contig, position 1-based, ref, alt[, id]) or VCF/BCF (.vcf, .vcf.gz, .bcf); "
+                             "contigs by full FASTA ID, accession (NC_011333.1, NC_011333) or unique prefix")
     parser.add_argument("--out", required=True, type=Path, help="output TSV")
     parser.add_argument("--window", type=positive_int, default=1024, help="bases per window (default %(default)s)")
+    parser.add_argument("--info", type=_info_keys, action="extend", default=[], metavar="KEY[,KEY...]",
+                        help="VCF INFO fields to add as columns (empty when absent; flags true/false)")
+    parser.add_argument("--skip-mismatched", action="store_true",
+                        help="skip variants whose ref allele does not match the genome (or on unknown contigs, "
+                             "beyond the contig end), count them on stderr and list them in OUT.skipped.tsv")
     add_batch_tokens_option(parser)
     add_device_option(parser, help=None)
     add_runtime_options(parser)
     add_progress_option(parser)
     args = checkpoint_of(parser.parse_args(argv), parser)  # a run folder -> its checkpoint
-    check_outputs([args.out], [args.ckpt, *args.fasta, args.variants])  # --out never replaces an input
+    sidecar = skipped_path(args.out)
+    # --out never replaces an input, nor does the skipped list written or removed beside it
+    check_outputs([args.out, sidecar], [args.ckpt, *args.fasta, args.variants])
+    info = list(dict.fromkeys(args.info))
     if is_vcf(args.variants):
-        variants, skipped = read_vcf(args.variants)
+        variants, skipped = read_vcf(args.variants, info)
         if skipped:
             print(f"biomoe: note: {args.variants}: skipped {skipped:,} ALT allele(s) that are not substitutions "
                   "(indels, symbolic alleles, no ALT)", file=sys.stderr)
         if not variants:
             raise GenomeInputError(args.variants, "no substitutions to score in this VCF")
     else:
+        if info:
+            raise GenomeInputError(args.variants, "--info reads INFO fields of a VCF/BCF; this is a TSV table")
         variants = read_variants(args.variants)
     if not variants:
         raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
                                               "and comments)")
     genome = open_reader(args.fasta)
-    prepared = prepare_windows(genome, variants, args.window, source=str(args.variants))  # all checked first
+    variants, prepared, set_aside = check_variants(genome, variants, args.window, source=str(args.variants),
+                                                   skip=args.skip_mismatched)  # all checked before any is scored
+    if set_aside:
+        reasons: dict[str, int] = {}
+        for _, reason in set_aside:
+            kind = reason.split(" (")[0]
+            reasons[kind] = reasons.get(kind, 0) + 1
+        counts = ", ".join(f"{n:,} {kind}" for kind, n in reasons.items())
+        print(f"biomoe: note: {args.variants}: skipped {len(set_aside):,} variant(s) the genome cannot score "
+              f"({counts}); listed in {sidecar}", file=sys.stderr)
+        if not variants:
+            raise GenomeInputError(args.variants, f"all {len(set_aside):,} variants were skipped (first: "
+                                                  f"{set_aside[0][0].label()}, {set_aside[0][1]})")
     model = model_from_args(args)
     with progress_bar(len(variants), "score-variants", unit="variant", disable=args.no_progress) as bar:
         started = time.perf_counter()
@@ -59,11 +113,35 @@ def main(argv: list[str]) -> int:
         elapsed = time.perf_counter() - started
     print(f"scored {len(rows):,} variants in {elapsed:.2f} s ({len(rows) / max(elapsed, 1e-9):,.0f} variants/s)",
           file=sys.stderr)
-    columns = ["contig", "position", "ref", "alt", "window_start", "logp_ref", "logp_alt", "llr"]
-    with atomic_path(args.out) as target, open(target, "w") as handle:
-        handle.write("\t".join(columns) + "\n")
-        for row in rows:
-            handle.write("\t".join(f"{row[c]:.6f}" if isinstance(row[c], float) else str(row[c])
-                                   for c in columns) + "\n")
+    _write_results(args.out, sidecar, rows, info, set_aside)
     print(f"wrote {args.out} ({len(rows)} variants)")
     return 0
+
+
+def _write_results(out: Path, sidecar: Path, rows: list[dict[str, object]], info: list[str],
+                   set_aside: list[tuple[Variant, str]]) -> None:
+    """The results and the skipped list, each atomically. The list is settled first (written, or
+    an earlier run's removed), so once the new results appear the list beside them is theirs."""
+    header = COLUMNS + [key if key not in COLUMNS else f"info.{key}" for key in info]
+    with contextlib.ExitStack() as stack:
+        target = stack.enter_context(atomic_path(out))
+        with open(target, "w") as handle:
+            handle.write("\t".join(header) + "\n")
+            for row in rows:
+                cells = [_cell(row[c]) for c in COLUMNS] + [row["info"].get(key, "") for key in info]
+                handle.write("\t".join(cells) + "\n")
+        if set_aside:
+            with atomic_path(sidecar) as listed, open(listed, "w") as handle:
+                handle.write("\t".join(["contig", "position", "id", "ref", "alt", "reason"]) + "\n")
+                for variant, reason in set_aside:
+                    handle.write("\t".join([variant.contig, str(variant.position), variant.id, variant.ref,
+                                            variant.alt, reason]) + "\n")
+        elif sidecar.exists() or sidecar.is_symlink():
+            try:
+                os.unlink(sidecar)  # an earlier run's list: stale beside these results
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise GenomeInputError(sidecar, f"cannot remove the earlier run's skipped list "
+                                                f"({exc.strerror or exc})") from None
+    # leaving the ExitStack commits the results, after the list

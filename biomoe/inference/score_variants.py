@@ -6,26 +6,37 @@ reports ``llr = log p(alt window) - log p(ref window)`` in nats. The model is ca
 must include the bases *after* the variant: they are where a change to, e.g., a motif shows up as
 surprise. Negative values mean the model finds the alternative less likely.
 
-The table is TSV with columns contig, position, ref, alt (an optional header line and ``#``
-comments are skipped). Substitutions of any length are scored (ref and alt of equal length);
-indels are refused, because windows of different lengths are not comparable by summed likelihood.
-A reference allele that does not match the genome stops with one line naming the variant.
+The table is TSV with columns contig, position, ref, alt and an optional id (``#`` comments are
+skipped). A header line (its first column ``contig`` or ``chrom``) may name the columns, in any
+order (``contig/chrom, position/pos, ref, alt, id``), so score-variants' own output and skipped list
+read back as tables; a header that names only some keeps the fixed order, with the 5th column the
+id when the header calls it ``id``. Without a header the 5th column is not read. Substitutions of any
+length are scored (ref and alt of equal length); indels are refused, because windows of different
+lengths are not comparable by summed likelihood.
 
 A ``.vcf``, ``.vcf.gz`` or ``.bcf`` file is read with pysam (``pip install 'biomoe[vcf]'``): every
-ALT allele of a record is one variant. Real call sets mix SNVs with indels and symbolic alleles
-(``<DEL>``, ``*``); those records are skipped and counted (``score-variants`` reports the count
-on stderr) rather than refused, so a VCF can be scored as it comes from a caller.
+ALT allele of a record is one variant, carrying the record's ID and any INFO fields asked for.
+Real call sets mix SNVs with indels and symbolic alleles (``<DEL>``, ``*``); those records are
+skipped and counted (``score-variants`` reports the count on stderr) rather than refused, so a VCF
+can be scored as it comes from a caller.
+
+Contigs are named as :class:`~biomoe.data.contig_names.ContigNames` resolves them: the full FASTA
+ID, its accession (``NC_011333.1`` or ``NC_011333`` for ``gi|208433976|ref|NC_011333.1|``) or a
+unique prefix. A variant on an unknown contig, beyond the contig end or whose reference allele
+does not match the genome stops with one line naming it, unless skipping is asked for
+(:func:`check_variants`), which sets such variants aside with the reason.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from biomoe.data.contig_names import AmbiguousContigError, ContigNameError, ContigNames
 from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
@@ -35,8 +46,8 @@ from biomoe.inference.load import InferenceModel
 from biomoe.inference.scoring import run_log_likelihood
 from biomoe.model.transformer import MoETransformer
 
-__all__ = ["VCF_SUFFIXES", "Variant", "is_vcf", "prepare_windows", "read_variants", "read_vcf", "score_variants",
-           "score_windows", "variant_windows"]
+__all__ = ["VCF_SUFFIXES", "SkippableVariantError", "Variant", "check_variants", "is_vcf", "prepare_windows",
+           "read_variants", "read_vcf", "score_variants", "score_windows", "variant_windows"]
 
 VCF_SUFFIXES: tuple[str, ...] = (".vcf", ".vcf.gz", ".vcf.bgz", ".bcf")
 
@@ -47,21 +58,48 @@ class Variant:
     position: int  # 1-based, as in VCF
     ref: str
     alt: str
+    id: str = "."  # the VCF ID or the table's id column, so results can be joined back
+    info: tuple[tuple[str, str], ...] = ()  # (INFO key, value as written to the results)
 
     def label(self) -> str:
         return f"{self.contig}:{self.position} {self.ref}>{self.alt}"
 
 
+_HEADER_NAMES = {"contig": "contig", "chrom": "contig", "position": "position", "pos": "position", "ref": "ref",
+                 "alt": "alt", "id": "id"}
+
+
+def _table_columns(header: list[str]) -> dict[str, int]:
+    """Column indices of a table's header line: by name when it names contig, position, ref and
+    alt; else the fixed order, with the id 5th when the header calls that column ``id``."""
+    named: dict[str, int] = {}
+    for i, name in enumerate(header):
+        key = _HEADER_NAMES.get(name.strip().lower())
+        if key is not None and key not in named:
+            named[key] = i
+    if {"contig", "position", "ref", "alt"} <= set(named):
+        return named
+    columns = {"contig": 0, "position": 1, "ref": 2, "alt": 3}
+    if len(header) > 4 and header[4].strip().lower() == "id":
+        columns["id"] = 4
+    return columns
+
+
 def read_variants(path: str | os.PathLike[str]) -> list[Variant]:
     """Parse the TSV table; malformed lines raise GenomeInputError with the line number."""
     variants = []
+    columns = {"contig": 0, "position": 1, "ref": 2, "alt": 3}
     for lineno, line in enumerate(_read_table_text(Path(path)).splitlines(), start=1):
         fields = line.strip().split("\t") if "\t" in line else line.split()
-        if not fields or fields[0].startswith("#") or (lineno == 1 and fields[0].lower() in ("contig", "chrom")):
+        if not fields or fields[0].startswith("#"):
             continue
-        if len(fields) < 4:
+        if lineno == 1 and fields[0].lower() in ("contig", "chrom"):
+            columns = _table_columns(fields)
+            continue
+        needed = max(v for k, v in columns.items() if k != "id") + 1
+        if len(fields) < needed:
             raise GenomeInputError(path, f"line {lineno}: expected contig, position, ref, alt; got {line!r}")
-        contig, pos, ref, alt = fields[:4]
+        contig, pos, ref, alt = (fields[columns[key]] for key in ("contig", "position", "ref", "alt"))
         if not (pos.isascii() and pos.isdigit()) or int(pos) < 1:
             raise GenomeInputError(path, f"line {lineno}: position must be a 1-based integer, got {pos!r}")
         ref, alt = ref.upper(), alt.upper()
@@ -70,7 +108,8 @@ def read_variants(path: str | os.PathLike[str]) -> list[Variant]:
         if len(ref) != len(alt):
             raise GenomeInputError(path, f"line {lineno}: {contig}:{pos} {ref}>{alt} is an indel; only "
                                          "substitutions (equal-length ref and alt) are scored")
-        variants.append(Variant(contig, int(pos), ref, alt))
+        ident = fields[columns["id"]].strip() if "id" in columns and len(fields) > columns["id"] else ""
+        variants.append(Variant(contig, int(pos), ref, alt, ident or "."))
     return variants
 
 
@@ -78,36 +117,81 @@ def is_vcf(path: str | os.PathLike[str]) -> bool:
     return os.fspath(path).lower().endswith(VCF_SUFFIXES)
 
 
-def read_vcf(path: str | os.PathLike[str]) -> tuple[list[Variant], int]:
+def read_vcf(path: str | os.PathLike[str], info: Sequence[str] = ()) -> tuple[list[Variant], int]:
     """Substitutions of a VCF/BCF (one per ALT allele) and the number of ALT alleles skipped
-    (indels, symbolic alleles, records without ALT)."""
+    (indels, symbolic alleles, records without ALT).
+
+    Every variant carries the record's ID (``.`` when it has none) and the INFO fields ``info``
+    as text: empty when the record lacks the field, ``true``/``false`` for flags, the allele's own
+    value for per-ALT fields (``Number=A``), the reference's and the allele's for ``Number=R``,
+    other lists comma-separated. A key the VCF header does not declare is an error."""
     try:
         import pysam  # optional dependency
     except ImportError:
         raise GenomeInputError(path, "reading VCF needs pysam: pip install 'biomoe[vcf]'") from None
     if not os.path.isfile(path):
         raise GenomeInputError(path, "no such file" if not os.path.exists(path) else "is not a file")
+    keys = list(dict.fromkeys(info))
     variants: list[Variant] = []
     skipped = 0
     verbosity = pysam.set_verbosity(0)  # htslib's own warnings would repeat our one-line errors
     try:
         with pysam.VariantFile(os.fspath(path)) as vcf:
+            declared = vcf.header.info
             for record in vcf:
                 ref = (record.ref or "").upper()
-                for alt in record.alts or ():
+                ident = record.id or "."
+                for allele, alt in enumerate(record.alts or ()):
                     alt = alt.upper()
                     if len(alt) != len(ref) or not ref or set(ref + alt) - set("ACGT"):
                         skipped += 1
                         continue
-                    variants.append(Variant(record.chrom, int(record.pos), ref, alt))
+                    values = tuple((key, _info_text(record, declared, key, allele)) for key in keys)
+                    variants.append(Variant(record.chrom, int(record.pos), ref, alt, ident, values))
                 if not record.alts:
                     skipped += 1
+            missing = [key for key in keys if key not in declared]  # also after records added some
+            if missing:
+                known = ", ".join(list(declared)[:10]) + (" ..." if len(declared) > 10 else "")
+                raise GenomeInputError(path, f"--info: INFO field(s) {', '.join(missing)} not declared in the VCF "
+                                             f"header (declared: {known or 'none'})")
     except (ValueError, OSError) as exc:
+        if isinstance(exc, GenomeInputError):
+            raise
         detail = " ".join(str(exc).split())[:200]
         raise GenomeInputError(path, f"cannot read as VCF/BCF ({detail})") from None
     finally:
         pysam.set_verbosity(verbosity)
     return variants, skipped
+
+
+def _info_text(record, declared, key: str, allele: int) -> str:
+    """One INFO field of a record, as the results table writes it (see :func:`read_vcf`)."""
+    meta = declared.get(key) if key in declared else None
+    if meta is not None and meta.type == "Flag":
+        return "true" if key in record.info else "false"
+    if key not in record.info:
+        return ""
+    value = record.info[key]
+    if isinstance(value, tuple):
+        number = meta.number if meta is not None else None
+        if number == "A" and len(value) > allele:
+            value = value[allele]
+        elif number == "R" and len(value) > allele + 1:
+            value = (value[0], value[allele + 1])
+    if isinstance(value, tuple):
+        return ",".join(_info_value(v) for v in value)
+    return _info_value(value)
+
+
+def _info_value(value) -> str:
+    if value is None:
+        return "."
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):  # htslib stores floats in 32 bits: 7 digits say all of it
+        return f"{value:.7g}"
+    return str(value)
 
 
 def _read_table_text(path: Path) -> str:
@@ -125,22 +209,37 @@ def _read_table_text(path: Path) -> str:
     return decode_user_text(raw, path, "a text table", " (the variant table must be plain-text TSV: gunzip it)")
 
 
+class SkippableVariantError(GenomeInputError):
+    """A variant the genome cannot score as given (unknown contig, beyond the contig end, reference
+    allele not in the genome): stops the run, or is set aside with ``reason`` when asked to."""
+
+    def __init__(self, path, problem: str, reason: str) -> None:
+        super().__init__(path, problem)
+        self.reason = reason
+
+
 def variant_windows(genome: SequenceReader, variant: Variant, window: int, source: str,
-                    lengths: Mapping[str, int] | None = None) -> tuple[int, str, str]:
+                    names: ContigNames | None = None) -> tuple[int, str, str]:
     """(window start, ref window, alt window); checks the contig, bounds and reference allele.
-    ``lengths``: contig name -> length of ``genome`` (read from its contigs when not given)."""
-    lengths = _contig_lengths(genome) if lengths is None else lengths
-    if variant.contig not in lengths:
-        raise GenomeInputError(source, f"variant {variant.label()}: contig '{variant.contig}' is not in the genome")
-    length = lengths[variant.contig]
+    ``names``: the contigs of ``genome`` (built from it when not given)."""
+    names = ContigNames(genome) if names is None else names
+    try:
+        index = names.resolve(variant.contig)
+    except AmbiguousContigError as exc:  # a naming problem of the whole table, never skipped
+        raise GenomeInputError(source, f"variant {variant.label()}: {exc}") from None
+    except ContigNameError as exc:
+        raise SkippableVariantError(source, f"variant {variant.label()}: {exc}", "contig not in the genome") from None
+    length = genome.contigs[index].length
     begin = variant.position - 1
     end = begin + len(variant.ref)
     if end > length:
-        raise GenomeInputError(source, f"variant {variant.label()}: position beyond contig end ({length:,} bp)")
-    actual = genome.fetch(variant.contig, begin, end).upper()
+        raise SkippableVariantError(source, f"variant {variant.label()}: position beyond contig end ({length:,} bp)",
+                                    f"beyond contig end ({length} bp)")
+    actual = genome.fetch(index, begin, end).upper()
     if actual != variant.ref:
-        raise GenomeInputError(source, f"variant {variant.label()}: reference allele {variant.ref} does not match "
-                                       f"the genome ({actual}) at {variant.contig}:{variant.position}")
+        raise SkippableVariantError(source, f"variant {variant.label()}: reference allele {variant.ref} does not "
+                                            f"match the genome ({actual}) at {variant.contig}:{variant.position}",
+                                    f"reference mismatch (genome has {actual})")
     if len(variant.ref) > window:
         # The window must hold the whole substitution; otherwise the alt window would be spliced
         # out of range and compared, at a different length, with the ref window.
@@ -148,7 +247,7 @@ def variant_windows(genome: SequenceReader, variant: Variant, window: int, sourc
                                        f"the scoring window of {window} bases (raise --window)")
     size = min(window, length)
     start = min(max(begin + len(variant.ref) // 2 - size // 2, 0), length - size)
-    ref_seq = genome.fetch(variant.contig, start, start + size).upper()
+    ref_seq = genome.fetch(index, start, start + size).upper()
     offset = begin - start
     alt_seq = ref_seq[:offset] + variant.alt + ref_seq[offset + len(variant.ref):]
     return start, ref_seq, alt_seq
@@ -157,7 +256,8 @@ def variant_windows(genome: SequenceReader, variant: Variant, window: int, sourc
 def score_variants(model: InferenceModel | MoETransformer, genome: SequenceReader, variants: list[Variant],
                    window: int = 1024, source: str = "variants", batch_size: int | None = None, progress=None,
                    batch_tokens: int | None = None) -> list[dict[str, object]]:
-    """One dict per variant: the inputs plus window_start (0-based), logp_ref, logp_alt, llr (nats).
+    """One dict per variant: the inputs (contig, position, id, ref, alt; ``info``: INFO key -> text)
+    plus window_start (0-based), logp_ref, logp_alt, llr (nats).
     ``progress`` (tqdm-like) advances by one per scored variant."""
     prepared = prepare_windows(genome, variants, window, source)
     return score_windows(model, variants, prepared, batch_size, progress, batch_tokens)
@@ -166,13 +266,28 @@ def score_variants(model: InferenceModel | MoETransformer, genome: SequenceReade
 def prepare_windows(genome: SequenceReader, variants: list[Variant], window: int,
                     source: str = "variants") -> list[tuple[int, str, str]]:
     """Every variant's (window start, ref window, alt window): all are checked before any is scored."""
-    lengths = _contig_lengths(genome)
-    return [variant_windows(genome, v, window, source, lengths) for v in variants]
+    names = ContigNames(genome)
+    return [variant_windows(genome, v, window, source, names) for v in variants]
 
 
-def _contig_lengths(genome: SequenceReader) -> dict[str, int]:
-    """Contig name -> length, as variants name contigs."""
-    return {c.name: c.length for c in genome.contigs}
+def check_variants(genome: SequenceReader, variants: list[Variant], window: int, source: str = "variants",
+                   skip: bool = False) -> tuple[list[Variant], list[tuple[int, str, str]], list[tuple[Variant, str]]]:
+    """(variants kept, their windows, (variant, reason) set aside). With ``skip`` false this is
+    :func:`prepare_windows`: the first unscorable variant stops with one line."""
+    names = ContigNames(genome)
+    kept: list[Variant] = []
+    prepared: list[tuple[int, str, str]] = []
+    skipped: list[tuple[Variant, str]] = []
+    for variant in variants:
+        try:
+            prepared.append(variant_windows(genome, variant, window, source, names))
+        except SkippableVariantError as exc:
+            if not skip:
+                raise
+            skipped.append((variant, exc.reason))
+            continue
+        kept.append(variant)
+    return kept, prepared, skipped
 
 
 def score_windows(model: InferenceModel | MoETransformer, variants: list[Variant],
@@ -216,7 +331,7 @@ def score_windows(model: InferenceModel | MoETransformer, variants: list[Variant
 def _rows(variants: list[Variant], prepared: list[tuple[int, str, str]], logp: np.ndarray) -> list[dict[str, object]]:
     rows = []
     for (start, _, _), variant, (logp_ref, logp_alt) in zip(prepared, variants, logp):
-        rows.append({"contig": variant.contig, "position": variant.position, "ref": variant.ref,
+        rows.append({"contig": variant.contig, "position": variant.position, "id": variant.id, "ref": variant.ref,
                      "alt": variant.alt, "window_start": start, "logp_ref": float(logp_ref),
-                     "logp_alt": float(logp_alt), "llr": float(logp_alt - logp_ref)})
+                     "logp_alt": float(logp_alt), "llr": float(logp_alt - logp_ref), "info": dict(variant.info)})
     return rows
