@@ -1,10 +1,11 @@
-"""Long commands show progress: score-fasta on stderr, predict through Lightning's bar (generate, embed and
+"""Long commands show progress: score-fasta on stderr, predict through Lightning's bar unless the config turns it off (generate, embed and
 score-variants are checked in their own tests)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from biomoe.model.config import ModelConfig
@@ -28,11 +29,15 @@ def test_score_fasta_reports_bases_scored(tmp_path, write_fasta, capsys):
     assert "score-fasta" not in capsys.readouterr().err
 
 
-def test_predict_shows_a_progress_bar_even_when_the_config_turns_it_off(tmp_path, capsys):
+@pytest.mark.parametrize("bar", ["false", "true"])
+def test_predict_honours_the_progress_bar_setting(tmp_path, capsys, bar):
     torch.manual_seed(0)
     code = cli_main(["predict", "--config", str(ROOT / "configs/tiny.yaml"),
                      "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
+                     "--trainer.enable_progress_bar", bar,
                      "--data.fasta", str(ROOT / "data/lambda_virus.fa.gz"), "--data.val_fraction", "0.02"])
     assert code == 0
-    assert "Predicting DataLoader 0: 100%" in capsys.readouterr().out  # tiny.yaml: enable_progress_bar false
+    captured = capsys.readouterr()
+    shown = "Predicting" in captured.out + captured.err
+    assert shown == (bar == "true")
     assert (tmp_path / "predictions" / "window_scores.tsv").exists()

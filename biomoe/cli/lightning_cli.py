@@ -12,10 +12,11 @@ import os
 import pickle
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from jsonargparse import set_parsing_settings
-from lightning.pytorch.callbacks import BasePredictionWriter, TQDMProgressBar
+from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
@@ -41,6 +42,7 @@ from biomoe.training.history import install_metrics_history
 from biomoe.training.markov_baseline import MarkovBaseline
 from biomoe.training.module import BioMoEModule
 from biomoe.training.prediction_writer import WindowScoreWriter
+from biomoe.training.progress_lines import ProgressLines
 from biomoe.training.summary import fit_summary
 from biomoe.training.validation import validate_config
 
@@ -111,6 +113,8 @@ class BioMoECLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         install_atomic_checkpoint_io(trainer)
         install_markov_baseline(trainer)
+        if not any(isinstance(cb, ProgressLines) for cb in trainer.callbacks):
+            trainer.callbacks.append(ProgressLines())  # prints only where no progress bar runs
         run_setup.install_per_genome_metrics(trainer)
         install_metrics_history(trainer)
         run_setup.install_progress_bar(trainer, configured)
@@ -164,9 +168,6 @@ class BioMoECLI(LightningCLI):
         self._warn_untrained()
         if not any(isinstance(cb, BasePredictionWriter) for cb in self.trainer.callbacks):
             self.trainer.callbacks.append(WindowScoreWriter())  # inside the run's version folder
-        if self.trainer.progress_bar_callback is None:
-            # Configs turn the bar off to keep fit's logs short; scoring a genome still shows progress.
-            self.trainer.callbacks.append(TQDMProgressBar())
 
     def before_fit(self) -> None:
         self._check_vocab()
@@ -308,6 +309,11 @@ def run_lightning_cli(args: list[str] | None = None, cli_class: type[BioMoECLI] 
     # Option help comes from the docstrings under each config dataclass field (``fit --help``,
     # ``--model.config.help ModelConfig``); jsonargparse reads those only when asked to.
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    if args and args[0] in ("validate", "test", "predict"):
+        # These load a checkpoint into a trainer whose checkpoint folder is not the one it was
+        # trained in, and never save: ModelCheckpoint's note that it will not track the old best
+        # score is about a fit that does not happen.
+        warnings.filterwarnings("ignore", message=r".*dirpath has changed from")
     return (cli_class or BioMoECLI)(
         BioMoEModule,
         GenomeDataModule,
