@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -105,6 +106,7 @@ def check_outputs(outputs: Iterable[PathLike | None], inputs: Iterable[PathLike 
     sure each output's folder exists and takes a new file (a bad ``--out`` fails now, not after an
     hour of scoring). Nothing is written under an output's name."""
     protect_inputs(inputs)
+    existing = []
     for output in outputs:
         if output is None:
             continue
@@ -112,6 +114,13 @@ def check_outputs(outputs: Iterable[PathLike | None], inputs: Iterable[PathLike 
         fd, tmp = _new_temp(dest)
         os.close(fd)
         os.unlink(tmp)
+        if dest.exists():
+            existing.append(os.fspath(output))
+    if existing:
+        # The one policy for outputs that exist: replaced, said here, and only once the new file
+        # is complete (atomic rename), so a failed run leaves the old one as it was.
+        shown = ", ".join(existing[:3]) + (f" (+{len(existing) - 3} more)" if len(existing) > 3 else "")
+        print(f"biomoe: note: replacing {shown} when this command finishes", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------

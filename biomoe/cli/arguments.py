@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-from biomoe.checkpoint.run_folder import resolve_checkpoint
-
 __all__ = ["CommandParser", "add_batch_tokens_option", "add_checkpoint_argument", "checkpoint_of", "add_device_option", "add_progress_option", "add_runtime_options",
            "model_from_args", "parse_model_command", "positive_int", "runtime_overrides"]
 
@@ -47,16 +45,22 @@ def positive_int(text: str) -> int:
 
 
 def default_device() -> str:
-    """``cuda`` where a CUDA device is usable, else ``cpu`` (torch imported only when a command's
-    parser is built, not for ``cli.py --help``)."""
-    import torch
+    """``cuda`` where a CUDA device is usable, else ``cpu``."""
+    import torch  # imported once a command's arguments are parsed: its --help stays fast
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def add_device_option(parser: argparse.ArgumentParser, help: str | None = "default %(default)s") -> None:
+def device_or_default(text: str) -> str:
+    """argparse type of ``--device``: ``auto`` (the default) is :func:`default_device`. argparse
+    converts a default only after parsing, so ``--help`` never asks torch for a GPU."""
+    return default_device() if text == "auto" else text
+
+
+def add_device_option(parser: argparse.ArgumentParser,
+                      help: str | None = "auto (the default): cuda where a CUDA device is usable, else cpu") -> None:
     """``--device`` of the commands that run a model: the GPU when there is one."""
-    parser.add_argument("--device", default=default_device(), help=help)
+    parser.add_argument("--device", type=device_or_default, default="auto", help=help)
 
 
 def add_runtime_options(parser: argparse.ArgumentParser) -> None:
@@ -103,13 +107,13 @@ def add_checkpoint_argument(parser: argparse.ArgumentParser, inputs: str | None 
                         help=CHECKPOINT_HELP + " (or give it as --ckpt_path)")
     parser.add_argument("--ckpt_path", "--ckpt-path", dest="ckpt_path", default=None, metavar="CKPT",
                         help=CHECKPOINT_HELP)
-    parser.set_defaults(_checkpoint_inputs=inputs)
+    parser.set_defaults(checkpoint_inputs=inputs)
 
 
 def checkpoint_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argparse.Namespace:
     """Settle :func:`add_checkpoint_argument`'s two spellings into ``args.ckpt`` (resolved: a run
     folder becomes its checkpoint, said once on stderr)."""
-    inputs = getattr(args, "_checkpoint_inputs", None)
+    inputs = getattr(args, "checkpoint_inputs", None)
     if args.ckpt_path is not None:
         if args.ckpt is not None:
             if inputs is None:
@@ -120,6 +124,8 @@ def checkpoint_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         parser.error("the model is missing: give --ckpt_path CKPT")
     if inputs is not None and not getattr(args, inputs):
         parser.error(f"the following arguments are required: {inputs}")
+    from biomoe.checkpoint.run_folder import resolve_checkpoint  # imports torch: only once a command runs
+
     args.ckpt = resolve_checkpoint(args.ckpt)
     return args
 
