@@ -37,6 +37,7 @@ COMMANDS: dict[str, Command] = {
     "generate": Command("sample DNA from a checkpoint (prompt, top-k, top-p)", "biomoe.cli.generate:main"),
     "embed": Command("hidden states per base, window or contig, as .npz", "biomoe.cli.embed:main"),
     "routing": Command("which experts each genome routes to (JSON, heatmap)", "biomoe.cli.routing:main"),
+    "recipes": Command("list the shipped training recipes, or copy one out", "biomoe.cli.recipes:main"),
 }
 
 LIGHTNING_COMMANDS: tuple[str, ...] = tuple(name for name, c in COMMANDS.items() if c.target is None)

@@ -24,6 +24,7 @@ from argparse import ArgumentError
 from biomoe import files
 from biomoe.cli import DESCRIPTION
 from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS
+from biomoe.cli.recipes import expand_recipe_names
 from biomoe.cli.user_errors import INTERRUPTED, classify
 
 __all__ = ["main", "summarize_argument_error"]
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--debug" in argv:
         argv.remove("--debug")
         debug = True
+    argv = expand_recipe_names(argv)  # --config genome: the packaged recipe of that name
     shown = warnings.showwarning
     warnings.showwarning = functools.partial(_show_warning, fallback=shown)  # biomoe's own: one line each
     try:

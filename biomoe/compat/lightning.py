@@ -6,8 +6,9 @@ biomoe's CLI and progress bar override three private methods (their names are li
 reads the CLI parser's subcommands and the Trainer's logging decision, asks a module or callback
 for its Trainer without Lightning's "not attached" error, sets up the process group and device
 mesh the way ``ModelParallelStrategy`` does, removes the logging methods the Trainer binds onto
-callbacks, and names the private Lightning functions on a traceback that tell a user's
-configuration error from a bug (:data:`BUILD_PHASE_FRAMES`, :data:`CHECKPOINT_SELECTION_FRAMES`).
+callbacks, reads and sets the device a weight average is built on, and names the private Lightning
+functions on a traceback that tell a user's configuration error from a bug
+(:data:`BUILD_PHASE_FRAMES`, :data:`CHECKPOINT_SELECTION_FRAMES`).
 """
 
 from __future__ import annotations
@@ -83,3 +84,14 @@ def detach_model_logging(callback: Any) -> None:
     """Drop the module's logging methods the Trainer bound onto ``callback`` (it outlives the fit)."""
     for attr in MODEL_LOGGING_ATTRIBUTES:
         callback.__dict__.pop(attr, None)
+
+
+def weight_averaging_device(callback: Any) -> Any | None:
+    """The ``device`` a ``WeightAveraging`` callback was given (None: Lightning's default, the
+    module's device when ``setup`` runs, which is before the strategy moves it)."""
+    return callback._device
+
+
+def set_weight_averaging_device(callback: Any, device: Any) -> None:
+    """Where a ``WeightAveraging`` callback builds its average (read in its ``setup``)."""
+    callback._device = device
