@@ -54,3 +54,10 @@ def test_the_package_names_still_resolve_and_every_shipped_backend_is_registered
             "assert ConfigError is __import__('biomoe.errors').errors.ConfigError\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_embed_offers_the_pools_the_inference_module_computes():
+    from biomoe.cli.embed import POOLS
+    from biomoe.inference.embed import POOLS as COMPUTED
+
+    assert POOLS == COMPUTED

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-from biomoe.checkpoint.records import training_seq_length
 from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
                                   add_progress_option, add_runtime_options, model_from_args, parse_model_command,
                                   positive_int)
@@ -26,10 +25,14 @@ from biomoe.data.reader import total_length
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_write, check_outputs
-from biomoe.inference.embed import POOLS, EmbeddingLayout, embed_genome, parse_layer
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]
+
+
+POOLS = ("position", "mean", "window")
+"""``--pool``'s choices: :data:`biomoe.inference.embed.POOLS` (that module imports torch, which
+``--help`` does without; tests/test_startup.py checks that the two agree)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parse_model_command(build_parser(), argv)
+    # imported after parsing: --help stays fast
+    from biomoe.checkpoint.records import training_seq_length
+    from biomoe.inference.embed import EmbeddingLayout, embed_genome, parse_layer
+
     genome = open_reader(args.fasta)
     check_outputs([args.out], [args.ckpt, *genome.paths])
     if args.out.suffix != ".npz":

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from biomoe.cli.arguments import CommandParser, add_checkpoint_argument, checkpoint_of
-from biomoe.interop.hf import export_hf, import_hf
 
 __all__ = ["export_main", "import_main"]
 
@@ -33,6 +32,8 @@ def export_main(argv: list[str]) -> int:
     add_checkpoint_argument(parser, inputs="out_dir")
     parser.add_argument("out_dir", nargs="*", help="the folder to write")
     args = checkpoint_of(parser.parse_args(argv), parser)
+    from biomoe.interop.hf import export_hf  # imported after parsing: --help stays fast
+
     if len(args.out_dir) != 1:
         parser.error(f"expected one output folder, got {len(args.out_dir)}: {' '.join(args.out_dir)}")
     print(f"wrote {export_hf(args.ckpt, args.out_dir[0])}")
@@ -40,5 +41,10 @@ def export_main(argv: list[str]) -> int:
 
 
 def import_main(argv: list[str]) -> int:
+    def convert(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) -> Path:
+        from biomoe.interop.hf import import_hf  # imported once the arguments are parsed: --help stays fast
+
+        return import_hf(hf_dir, out_ckpt)
+
     return _convert_main(argv, "biomoe import-hf", "MixtralForCausalLM folder -> checkpoint",
-                         "hf_dir", "out_ckpt", import_hf)
+                         "hf_dir", "out_ckpt", convert)

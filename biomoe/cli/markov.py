@@ -13,10 +13,7 @@ import time
 from pathlib import Path
 
 from biomoe.cli.arguments import CommandParser
-from biomoe.data.datamodule import GenomeDataModule
 from biomoe.files import check_outputs, write_text
-from biomoe.genomics.markov import MAX_ORDER
-from biomoe.genomics.markov_report import markov_table
 
 __all__ = ["main"]
 
@@ -32,6 +29,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-rc", action="store_true", help="count the forward strand only")
     parser.add_argument("--json", type=Path, default=None, help="also write the table here")
     args = parser.parse_args(argv)
+    # imported after parsing: --help stays fast
+    from biomoe.data.datamodule import GenomeDataModule
+    from biomoe.genomics.markov import MAX_ORDER
+    from biomoe.genomics.markov_report import markov_table
     if not 0 <= args.max_order <= MAX_ORDER:
         parser.error(f"--max-order must be in 0..{MAX_ORDER}")
     check_outputs([args.json], args.fasta)  # never over an input

@@ -14,17 +14,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from biomoe.cli.arguments import CommandParser, positive_int
-from biomoe.data.datamodule import GenomeDataModule
 from biomoe.files import check_outputs, write_text
-from biomoe.genomics.markov import MAX_ORDER
-from biomoe.genomics.repeat_expert import check_settings, fit_on_training_split
-from biomoe.genomics.repeat_mix import LogProbs, markov_log_probs, score
-from biomoe.inference.load import load_for_inference
-from biomoe.training.plots import plot_repeat_gain
+
+if TYPE_CHECKING:
+    import torch
+
+    from biomoe.genomics.repeat_mix import LogProbs
 
 __all__ = ["checkpoint_log_probs", "main"]
 
@@ -32,6 +30,10 @@ __all__ = ["checkpoint_log_probs", "main"]
 def checkpoint_log_probs(path: str, device: torch.device) -> LogProbs:
     """The network of checkpoint ``path``, built to run on ``device`` (bf16 and the training
     kernels on a GPU), as the base model of the mixture."""
+    import torch  # imported once the command runs: --help stays fast
+
+    from biomoe.inference.load import load_for_inference
+
     loaded = load_for_inference(path, device)
 
     def log_probs(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -59,6 +61,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--plot", type=Path, default=None,
                         help="PNG of bits/base per held-out window, alone and mixed, along the genome")
     args = parser.parse_args(argv)
+    # imported after parsing: --help stays fast
+    import torch
+
+    from biomoe.data.datamodule import GenomeDataModule
+    from biomoe.genomics.markov import MAX_ORDER
+    from biomoe.genomics.repeat_expert import check_settings, fit_on_training_split
+    from biomoe.genomics.repeat_mix import markov_log_probs, score
+    from biomoe.training.plots import plot_repeat_gain
+
     check_outputs([args.json, args.plot], [*args.fasta, args.ckpt])  # never over an input
     if args.ckpt is None and not 0 <= args.markov_order <= MAX_ORDER:
         parser.error(f"--markov-order must be in 0..{MAX_ORDER}")

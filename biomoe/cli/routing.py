@@ -12,19 +12,12 @@ import shlex
 import sys
 from pathlib import Path
 
-import torch
-
-from biomoe.checkpoint.records import training_seq_length
-from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.cli.arguments import CommandParser, positive_int
 from biomoe.data.fasta import file_labels, resolve_fasta_paths
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import check_outputs, write_text
-from biomoe.genomics.routing import RoutingCounter, genome_routing, read_report, routing_report, to_json
 from biomoe.genomics.routing_plot import plot_routing, require_matplotlib
-from biomoe.checkpoint.verify import check_checkpoint_file
-from biomoe.inference.load import load_for_inference
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]
@@ -61,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _device(choice: str) -> str:
+    import torch  # imported once the command runs: --help stays fast
+
     if choice == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if choice == "cuda" and not torch.cuda.is_available():
@@ -73,6 +68,8 @@ def _replot(args: argparse.Namespace) -> int:
         raise GenomeInputError(None, "--from_json draws an existing result: leave out --ckpt_path and --fasta")
     if args.plot is None:
         raise GenomeInputError(None, "--from_json needs --plot, the PNG to write")
+    from biomoe.genomics.routing import read_report  # imports torch: only once the command runs
+
     require_matplotlib()
     check_outputs([args.plot], [args.from_json])
     plot_routing(read_report(args.from_json), args.plot)
@@ -84,6 +81,12 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.from_json is not None:
         return _replot(args)
+    # imported after parsing: --help stays fast
+    from biomoe.checkpoint.records import training_seq_length
+    from biomoe.checkpoint.run_folder import resolve_checkpoint
+    from biomoe.checkpoint.verify import check_checkpoint_file
+    from biomoe.genomics.routing import RoutingCounter, genome_routing, routing_report, to_json
+    from biomoe.inference.load import load_for_inference
     if not args.ckpt_path or not args.fasta:
         raise GenomeInputError(None, "routing needs --ckpt_path and --fasta (or --from_json to redraw a result)")
     plot = None if args.no_plot else (args.plot or args.out.with_suffix(".png"))

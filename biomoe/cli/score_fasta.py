@@ -26,15 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-from biomoe.checkpoint.records import training_seq_length
 from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
                                   add_progress_option, add_runtime_options, checkpoint_of, model_from_args,
                                   positive_int)
 from biomoe.data.reader import total_length
 from biomoe.data.registry import open_reader
 from biomoe.files import atomic_path, check_outputs
-from biomoe.genomics.repeat_mix import expert_for_checkpoint
-from biomoe.inference.score_fasta import score_genome, summary_rows
 from biomoe.progress import progress_bar
 
 __all__ = ["main"]
@@ -61,6 +58,10 @@ def main(argv: list[str]) -> int:
                         help="let the repeat expert follow copies past mismatches (implies --repeat-expert)")
     add_progress_option(parser)
     args = checkpoint_of(parser.parse_args(argv), parser)  # a run folder -> its checkpoint
+    # imported after parsing: --help stays fast
+    from biomoe.checkpoint.records import training_seq_length
+    from biomoe.genomics.repeat_mix import expert_for_checkpoint
+    from biomoe.inference.score_fasta import score_genome, summary_rows
     genome = open_reader(args.fasta)
     window = args.window or training_seq_length(args.ckpt) or 1024
     model = model_from_args(args)
