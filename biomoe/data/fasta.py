@@ -41,6 +41,7 @@ import gzip
 import hashlib
 import json
 import os
+import sys
 import struct
 import warnings
 import zlib
@@ -474,8 +475,20 @@ class _PreparedFile:
     signature: tuple[int, int, int, int, int] | None = None  # file_signature(source) when it was validated
 
 
+_ANNOUNCED_CACHES: set[Path] = set()
+
+
+def _say_new_cache(cache: Path) -> None:
+    """A folder appearing beside a user's genomes is said once, with what it holds."""
+    if cache.exists() or cache in _ANNOUNCED_CACHES:
+        return
+    _ANNOUNCED_CACHES.add(cache)
+    print(f"biomoe: note: FASTA indexes and scans are cached in {cache} (safe to delete)", file=sys.stderr)
+
+
 def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(path)
+    _say_new_cache(cache)
     signature = file_signature(path)  # before reading: a change from here on is caught by fetch
     key = _cache_key(path)
     stem = f"{path.name}.{key}"
