@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -120,7 +119,8 @@ def check_outputs(outputs: Iterable[PathLike | None], inputs: Iterable[PathLike 
         # The one policy for outputs that exist: replaced, said here, and only once the new file
         # is complete (atomic rename), so a failed run leaves the old one as it was.
         shown = ", ".join(existing[:3]) + (f" (+{len(existing) - 3} more)" if len(existing) > 3 else "")
-        print(f"biomoe: note: replacing {shown} when this command finishes", file=sys.stderr)
+        # stdout, beside the command's "wrote ..." lines: stderr stays one line when an input is bad
+        print(f"biomoe: note: replacing {shown} when this command finishes")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from biomoe.checkpoint.records import training_seq_length
 from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
                                   add_progress_option, add_runtime_options, checkpoint_of, model_from_args,
                                   positive_int)
@@ -63,7 +64,9 @@ def main(argv: list[str]) -> int:
                         help="TSV (contig, position 1-based, ref, alt[, id]) or VCF/BCF (.vcf, .vcf.gz, .bcf); "
                              "contigs by full FASTA ID, accession (NC_011333.1, NC_011333) or unique prefix")
     parser.add_argument("--out", required=True, type=Path, help="output TSV")
-    parser.add_argument("--window", type=positive_int, default=1024, help="bases per window (default %(default)s)")
+    parser.add_argument("--window", type=positive_int, default=None,
+                        help="bases per window, centred on the variant (default: the checkpoint's training "
+                             "seq_length, else 1024)")
     parser.add_argument("--info", type=_info_keys, action="extend", default=[], metavar="KEY[,KEY...]",
                         help="VCF INFO fields to add as columns (empty when absent; flags true/false)")
     parser.add_argument("--skip-mismatched", action="store_true",
@@ -93,7 +96,8 @@ def main(argv: list[str]) -> int:
         raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
                                               "and comments)")
     genome = open_reader(args.fasta)
-    variants, prepared, set_aside = check_variants(genome, variants, args.window, source=str(args.variants),
+    window = args.window or training_seq_length(args.ckpt) or 1024
+    variants, prepared, set_aside = check_variants(genome, variants, window, source=str(args.variants),
                                                    skip=args.skip_mismatched)  # all checked before any is scored
     if set_aside:
         reasons: dict[str, int] = {}

@@ -41,7 +41,6 @@ import gzip
 import hashlib
 import json
 import os
-import sys
 import struct
 import warnings
 import zlib
@@ -483,7 +482,8 @@ def _say_new_cache(cache: Path) -> None:
     if cache.exists() or cache in _ANNOUNCED_CACHES:
         return
     _ANNOUNCED_CACHES.add(cache)
-    print(f"biomoe: note: FASTA indexes and scans are cached in {cache} (safe to delete)", file=sys.stderr)
+    # stdout, beside the command's other reports: stderr stays one line when the input is bad
+    print(f"biomoe: note: FASTA indexes and scans are cached in {cache} (safe to delete)")
 
 
 def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
