@@ -61,13 +61,29 @@ NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$"
 class BioMoECLI(LightningCLI):
     """LightningCLI that reports where results went after ``fit`` and checks vocab sizes."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        # Building a subcommand's parser from the classes' signatures takes about 0.4 s: with the
+        # command line's subcommand first (``fit ...``), only that one is built, the others are
+        # stubs like the commands main() runs (they are never parsed).
+        given = kwargs.get("args")
+        first = given[0] if isinstance(given, list) and given else None
+        self._only_subcommand = first if first in LightningCLI.subcommands() else None
+        super().__init__(*args, **kwargs)
+
+    def subcommands(self) -> dict[str, set[str]]:
+        """Lightning's subcommands (see ``__init__``: the one given, where one was)."""
+        every = LightningCLI.subcommands()
+        only = getattr(self, "_only_subcommand", None)
+        return {only: every[only]} if only is not None else every
+
     def _add_subcommands(self, parser, **kwargs) -> None:
         """Lightning's subcommands, then the ones :func:`main` runs itself (their stub parsers are
         never parsed): ``--help`` and an unknown subcommand's error then list every command."""
         super()._add_subcommands(parser, **kwargs)
         for choice in subcommand_choices(parser):
             choice.help = COMMANDS[choice.dest].summary if choice.dest in COMMANDS else choice.help
-        for name in EXTRA_COMMANDS:
+        built = set(self.subcommands())
+        for name in [n for n in LightningCLI.subcommands() if n not in built] + list(EXTRA_COMMANDS):
             summary = COMMANDS[name].summary
             add_subcommand(parser, name, type(parser)(description=summary, add_help=False), summary)
 
