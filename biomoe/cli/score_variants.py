@@ -23,16 +23,18 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from biomoe.checkpoint.records import training_seq_length
 from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
                                   add_progress_option, add_runtime_options, checkpoint_of, model_from_args,
                                   positive_int)
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_path, check_outputs
-from biomoe.inference.score_variants import Variant, check_variants, is_vcf, read_variants, read_vcf, score_windows
 from biomoe.progress import progress_bar
+
+if TYPE_CHECKING:
+    from biomoe.inference.score_variants import Variant
 
 __all__ = ["main", "skipped_path"]
 
@@ -77,6 +79,9 @@ def main(argv: list[str]) -> int:
     add_runtime_options(parser)
     add_progress_option(parser)
     args = checkpoint_of(parser.parse_args(argv), parser)  # a run folder -> its checkpoint
+    # imported after parsing: --help stays fast
+    from biomoe.checkpoint.records import training_seq_length
+    from biomoe.inference.score_variants import check_variants, is_vcf, read_variants, read_vcf, score_windows
     sidecar = skipped_path(args.out)
     # --out never replaces an input, nor does the skipped list written or removed beside it
     check_outputs([args.out, sidecar], [args.ckpt, *args.fasta, args.variants])
