@@ -22,15 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from biomoe.checkpoint.records import training_seq_length
 from biomoe.cli.arguments import (CommandParser, add_checkpoint_argument, add_device_option, add_progress_option,
                                   add_runtime_options, model_from_args, parse_model_command, positive_int)
 from biomoe.data.contig_names import ContigNameError, ContigNames
 from biomoe.data.registry import open_reader
-from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_write, check_outputs
-from biomoe.inference.generate import SamplingSettings, default_batch_size, generate, parse_region
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]
@@ -38,6 +35,10 @@ __all__ = ["build_parser", "main"]
 
 def _prompt_from_args(args: argparse.Namespace) -> tuple[np.ndarray | None, str, list[Path]]:
     """(prompt ids, description for the FASTA header, input files)."""
+    # imported once the arguments are parsed: --help stays fast
+    from biomoe.data.tokenizer import NucleotideTokenizer
+    from biomoe.inference.generate import parse_region
+
     tokenizer = NucleotideTokenizer()
     if args.prompt is not None:
         text = "".join(args.prompt.split())
@@ -129,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parse_model_command(build_parser(), argv)
+    # imported after parsing: --help stays fast
+    from biomoe.checkpoint.records import training_seq_length
+    from biomoe.data.tokenizer import NucleotideTokenizer
+    from biomoe.inference.generate import SamplingSettings, default_batch_size, generate
     prompt, prompt_text, inputs = _prompt_from_args(args)
     check_outputs([args.out], [args.ckpt, *inputs])
     settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.allow_n)
