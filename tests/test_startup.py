@@ -1,5 +1,6 @@
-"""``cli.py --help`` lists the commands without importing torch or Lightning (start-up time: those
-two take seconds to import; scripts/bench_startup.py measures it)."""
+"""``cli.py --help`` lists the commands, and biomoe's own commands print their ``--help``, without
+importing torch or Lightning (start-up time: those two take seconds to import;
+scripts/bench_startup.py measures it)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from biomoe.cli.commands import EXTRA_COMMANDS
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "lightning", "jsonargparse", "transformer_engine", "transformers", "matplotlib")
@@ -33,6 +36,13 @@ def modules_imported_by(args: list[str]) -> tuple[str, set[str]]:
 def test_the_command_list_imports_neither_torch_nor_lightning(flag):
     out, imported = modules_imported_by([flag])
     assert "score-fasta" in out and "fit" in out
+    assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+
+
+@pytest.mark.parametrize("command", sorted(EXTRA_COMMANDS))
+def test_the_help_of_biomoes_own_commands_imports_no_torch(command):
+    out, imported = modules_imported_by([command, "--help"])
+    assert f"usage: biomoe {command}" in out
     assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
 
 
