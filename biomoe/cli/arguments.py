@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-__all__ = ["CommandParser", "add_batch_tokens_option", "add_checkpoint_argument", "checkpoint_of", "add_device_option", "add_progress_option", "add_runtime_options",
-           "model_from_args", "parse_model_command", "positive_int", "runtime_overrides"]
+__all__ = ["CommandParser", "add_batch_tokens_option", "add_checkpoint_argument", "add_device_option",
+           "add_progress_option", "add_runtime_options", "checkpoint_of", "model_from_args", "parse_model_command",
+           "positive_int", "runtime_overrides"]
 
 RUNTIME_CHOICES = {"expert_backend": None, "attention_backend": ("auto", "torch", "te"),
                    "norm_backend": ("auto", "torch", "te"), "router_backend": ("auto", "torch", "te"),
