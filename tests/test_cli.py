@@ -138,3 +138,38 @@ def test_predict_writes_scores_consistent_with_validation(fitted):
     again = run_cli(*predict)  # a second predict keeps the first one's results
     assert again.returncode == 0, again.stderr[-3000:]
     assert len(list((out / "pred").rglob("window_scores.tsv"))) == 2
+
+
+def _printed_metric(stdout: str, name: str) -> float:
+    """A metric from the table Lightning prints at the end of validate/test."""
+    import re
+
+    match = re.search(re.escape(name) + r"\s*[│|]\s*([0-9.]+)", stdout)
+    assert match, stdout[-3000:]
+    return float(match.group(1))
+
+
+@pytest.mark.slow
+def test_one_markov_baseline_per_split_in_validate_test_and_markov(fitted):
+    """The order-6 baseline of the validation split reads the same in validate, in test without a
+    test split (which scores validation, with validation's batch limit), and in ``markov
+    --ckpt_path`` (which reads the run's split)."""
+    out, _ = fitted
+    ckpt = next(out.rglob("last.ckpt"))
+    common = ("--config", str(ROOT / "configs/tiny.yaml"), "--ckpt_path", str(ckpt),
+              "--trainer.default_root_dir", str(out / "eval"), "--trainer.logger", "false",
+              "--data.fasta", str(ROOT / "data/lambda_virus.fa.gz"))
+    validate = run_cli("validate", *common)  # tiny.yaml: limit_val_batches 4
+    assert validate.returncode == 0, validate.stderr[-3000:]
+    test = run_cli("test", *common)
+    assert test.returncode == 0, test.stderr[-3000:]
+    assert "testing on the validation split" in test.stderr
+    for metric in ("markov_bits_per_base", "bits_per_base"):
+        assert _printed_metric(test.stdout, f"test/{metric}") == pytest.approx(
+            _printed_metric(validate.stdout, f"val/{metric}"), abs=1e-4)
+    whole = run_cli("validate", *common, "--trainer.limit_val_batches", "1.0")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    markov = run_cli("markov", "--ckpt_path", str(ckpt), "--max-order", "6")
+    assert markov.returncode == 0, markov.stderr[-3000:]
+    order6 = float(next(line.split()[1] for line in markov.stdout.splitlines() if line.split()[:1] == ["6"]))
+    assert order6 == pytest.approx(_printed_metric(whole.stdout, "val/markov_bits_per_base"), abs=1e-4)

@@ -175,6 +175,11 @@ class BioMoECLI(LightningCLI):
         self._check_inputs()
         self._check_ckpt_folder()
         self._warn_untrained()
+        data = self.datamodule
+        if isinstance(data, GenomeDataModule) and not data.has_test_split:
+            # test then scores the validation split: with validation's batch limit, so that its
+            # figures (network and Markov baseline) are validate's, not those of another subset
+            self.trainer.limit_test_batches = self.trainer.limit_val_batches
 
     def before_predict(self) -> None:
         """``predict`` always writes its results: add a writer unless the config has one."""

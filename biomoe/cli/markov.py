@@ -2,8 +2,12 @@
 
 The options pick the genome, the split and the smoothing; the table comes from
 :func:`biomoe.genomics.markov_report.markov_table`, is printed, and is written as JSON with ``--json``.
+With ``--ckpt_path`` the genome, window length and split are the ones that checkpoint was trained
+and validated with, so the order-6 row is the ``val/markov_bits_per_base`` that fit and validate
+report for it.
 
     python cli.py markov data/large/ecoli536_NC_008253.fna.gz --max-order 8 --json out.json
+    python cli.py markov --ckpt_path runs/genome --max-order 8
 """
 
 from __future__ import annotations
@@ -15,16 +19,45 @@ from pathlib import Path
 from biomoe.cli.arguments import CommandParser
 from biomoe.files import check_outputs, write_text
 
-__all__ = ["main"]
+__all__ = ["main", "split_settings"]
+
+# The datamodule settings that decide which bases are held out and how they are windowed.
+SPLIT_KEYS = ("fasta", "seq_length", "stride", "max_n_fraction", "seed", "val_fraction", "val_contigs", "val_files",
+              "test_fraction", "test_contigs", "test_files", "fold_lowercase", "cache_dir")
+
+
+def split_settings(args) -> dict:
+    """GenomeDataModule arguments: the checkpoint's recorded split (``--ckpt_path``), then what
+    the command line sets; no augmentation (validation windows never have any)."""
+    from biomoe.checkpoint.records import training_data_settings  # after parsing: --help stays fast
+    from biomoe.checkpoint.run_folder import resolve_checkpoint
+    from biomoe.errors import GenomeInputError
+
+    settings: dict = {"seq_length": 1024, "val_fraction": 0.1}
+    if args.ckpt_path is not None:
+        recorded = training_data_settings(resolve_checkpoint(args.ckpt_path))
+        if not recorded.get("fasta"):
+            raise GenomeInputError(args.ckpt_path, "records no training data settings; give the FASTA files, "
+                                                   "--seq-length and --val-fraction")
+        settings.update({k: v for k, v in recorded.items() if k in SPLIT_KEYS and v is not None})
+    elif not args.fasta:
+        raise GenomeInputError(None, "markov needs FASTA files or --ckpt_path")
+    given = {"fasta": args.fasta or None, "seq_length": args.seq_length, "val_fraction": args.val_fraction,
+             "val_contigs": args.val_contigs}
+    settings.update({k: v for k, v in given.items() if v is not None})
+    settings["rc_prob"] = 0.0
+    return settings
 
 
 def main(argv: list[str]) -> int:
     parser = CommandParser(prog="biomoe markov", description=__doc__.splitlines()[0])
-    parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
+    parser.add_argument("fasta", nargs="*", help="FASTA file(s) or folder (default with --ckpt_path: its training data)")
+    parser.add_argument("--ckpt_path", "--ckpt-path", default=None, metavar="CKPT",
+                        help="score the split this checkpoint (or run folder) was validated on")
     parser.add_argument("--max-order", type=int, default=8)
     parser.add_argument("--alpha", type=float, default=1.0, help="add-alpha smoothing")
-    parser.add_argument("--seq-length", type=int, default=1024)
-    parser.add_argument("--val-fraction", type=float, default=0.1)
+    parser.add_argument("--seq-length", type=int, default=None, help="default 1024, or the checkpoint's")
+    parser.add_argument("--val-fraction", type=float, default=None, help="default 0.1, or the checkpoint's")
     parser.add_argument("--val-contigs", nargs="*", default=None)
     parser.add_argument("--no-rc", action="store_true", help="count the forward strand only")
     parser.add_argument("--json", type=Path, default=None, help="also write the table here")
@@ -35,9 +68,11 @@ def main(argv: list[str]) -> int:
     from biomoe.genomics.markov_report import markov_table
     if not 0 <= args.max_order <= MAX_ORDER:
         parser.error(f"--max-order must be in 0..{MAX_ORDER}")
+    settings = split_settings(args)
+    args.fasta, args.seq_length, args.val_fraction = settings["fasta"], settings["seq_length"], \
+        settings["val_fraction"]
     check_outputs([args.json], args.fasta)  # never over an input
-    dm = GenomeDataModule(fasta=args.fasta, seq_length=args.seq_length, val_fraction=args.val_fraction,
-                          val_contigs=args.val_contigs, rc_prob=0.0)
+    dm = GenomeDataModule(**settings)
     start = time.perf_counter()
     rows = markov_table(dm, args.max_order, args.alpha, not args.no_rc)
     seconds = time.perf_counter() - start
