@@ -184,6 +184,18 @@ def test_validation_reports_bits_per_base_per_genome(three_genomes, cache_dir, t
     assert result["val/bits_per_base"] == pytest.approx(pooled, rel=1e-4)
 
 
+def test_a_batch_limit_that_leaves_genomes_out_says_so(three_genomes, cache_dir, tmp_path) -> None:
+    dm = datamodule(three_genomes, cache_dir, val_fraction=0.3)
+    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
+                      ffn_hidden_size=32)
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                        limit_val_batches=1, callbacks=[PerGenomeMetrics()])
+    with pytest.warns(UserWarning, match=r"val: no val batch reached .*limit_val_batches=1"):
+        result = trainer.validate(BioMoEModule(cfg, OptimConfig()), datamodule=dm, verbose=False)[0]
+    assert "val/bits_per_base" in result
+
+
 def test_one_genome_logs_no_per_genome_numbers(write_fasta, cache_dir, tmp_path) -> None:
     dm = datamodule([write_fasta({"c": random_dna(3000, 5)})], cache_dir)
     cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,

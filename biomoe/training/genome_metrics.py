@@ -14,6 +14,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from biomoe.model.losses import LN2
@@ -33,6 +34,7 @@ class PerGenomeMetrics(EvaluationPassCallback):
     def __init__(self) -> None:
         super().__init__()
         self._sums: dict[str, Tensor] = {}
+        self._warned: set[str] = set()
         self.last: dict[str, dict[str, float]] = {}
         """Per stage, the last values logged: label -> bits/base (for summaries)."""
 
@@ -64,8 +66,19 @@ class PerGenomeMetrics(EvaluationPassCallback):
         total = trainer.strategy.reduce(sums, reduce_op="sum")
         labels = self._labels(trainer) or []
         present = [(label, row) for label, row in zip(labels, total.tolist()) if row[1] > 0]
+        missing = [label for label, row in zip(labels, total.tolist()) if row[1] == 0]
+        limit = getattr(trainer, f"limit_{'val' if stage == 'val' else 'test'}_batches", 1.0)
+        whole = limit is None or (isinstance(limit, float) and limit >= 1.0)  # an int counts batches
+        if missing and not whole and stage not in self._warned:
+            # A split that holds a genome but whose batches never reached it: say so, rather than
+            # leave its row out of the logs without a word.
+            self._warned.add(stage)
+            more = f" (+{len(missing) - 3} more)" if len(missing) > 3 else ""
+            rank_zero_warn(f"{stage}: no {stage} batch reached {', '.join(missing[:3])}{more} "
+                           f"(trainer.limit_{'val' if stage == 'val' else 'test'}_batches={limit}); "
+                           "per-genome bits/base is logged only for the genomes scored")
         if len(present) < 2:
-            return  # one genome in this split: the pooled number is its number
+            return  # one genome scored: the pooled number is its number
         self.last[stage] = {}
         for label, (ce_sum, n) in present:
             value = ce_sum / n / LN2
