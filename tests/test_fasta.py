@@ -57,8 +57,11 @@ def test_folder_and_multiple_files(tmp_path, write_fasta, cache_dir) -> None:
     (folder / "b.fa").write_text(">b1\nACGT\n")
     (folder / "a.fna.gz").write_bytes(gzip.compress(b">a1\nGGCC\n"))
     (folder / "notes.txt").write_text("ignored")
-    assert [p.name for p in resolve_fasta_paths(folder)] == ["a.fna.gz", "b.fa"]
-    g = Genome(folder, cache_dir=cache_dir)
+    (folder / "b.fa.fai").write_text("b1\t4\t4\t4\t5\n")  # an index beside its FASTA: no warning
+    with pytest.warns(UserWarning, match=r"skipped 1 file\(s\) not named like FASTA \(notes.txt\)"):
+        assert [p.name for p in resolve_fasta_paths(folder)] == ["a.fna.gz", "b.fa"]
+    with pytest.warns(UserWarning, match="notes.txt"):
+        g = Genome(folder, cache_dir=cache_dir)
     assert g.names == ["a1", "b1"]
     g2 = Genome([folder / "b.fa", folder / "a.fna.gz"], cache_dir=cache_dir)
     assert g2.names == ["b1", "a1"] and g2.fetch("a1", 1, 3) == "GC"

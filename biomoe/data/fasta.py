@@ -143,8 +143,12 @@ def _usable_folder_entries(folder: Path) -> list[Path]:
     symlink, a sub-folder, no read permission) are skipped with a warning naming each, so a
     genome missing from the training set is never missed silently."""
     found: list[Path] = []
+    others: list[str] = []
     for entry in sorted(folder.iterdir()):
         if not entry.name.lower().endswith(FASTA_SUFFIXES):
+            # hidden entries (biomoe's own cache) and FASTA indexes belong beside genomes
+            if not entry.name.startswith(".") and not entry.name.lower().endswith(_COMPANION_SUFFIXES):
+                others.append(entry.name)
             continue
         if entry.is_symlink() and not entry.exists():
             problem = f"dangling symlink (to {os.readlink(entry)})"
@@ -156,7 +160,15 @@ def _usable_folder_entries(folder: Path) -> list[Path]:
             found.append(entry)
             continue
         warnings.warn(f"{entry}: {problem}; skipped, the other FASTA files of {folder} are used", stacklevel=3)
+    if others:
+        more = f" (+{len(others) - 3} more)" if len(others) > 3 else ""
+        warnings.warn(f"{folder}: skipped {len(others)} file(s) not named like FASTA ({', '.join(others[:3])}{more}); "
+                      f"FASTA files end in {', '.join(FASTA_SUFFIXES[:4])} ...", stacklevel=3)
     return found
+
+
+_COMPANION_SUFFIXES = (".fai", ".gzi", ".md5", ".sha256")
+"""Files that accompany a FASTA file in a genome folder and are not worth a warning."""
 
 
 def default_cache_dir(path: Path) -> Path:
