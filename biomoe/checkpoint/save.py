@@ -32,3 +32,23 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO does not take storage_options")
         atomic_torch_save(checkpoint, path)
+
+    def load_checkpoint(self, path: str | os.PathLike, map_location: Any | None = None,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        """Lightning's load (``--ckpt_path`` for fit resume, validate, test, predict) with torch's
+        weights-only unpickler unless the user trusts checkpoints: Lightning leaves an unset
+        ``weights_only`` to torch's default, which an environment variable can turn off. A file
+        that needs more is one line naming the object it holds."""
+        from biomoe.checkpoint.read import refusal  # registers biomoe's checkpoint types with torch
+        from biomoe.checkpoint.safe_types import trusted
+        from biomoe.errors import GenomeInputError
+
+        weights_only = bool(weights_only) or not trusted()
+        try:
+            located = {} if map_location is None else {"map_location": map_location}  # else Lightning's default
+            return super().load_checkpoint(path, weights_only=weights_only, **located)
+        except Exception as exc:
+            refused = refusal(exc)
+            if refused is None:
+                raise
+            raise GenomeInputError(path, refused) from None

@@ -10,7 +10,10 @@ Argument types that several commands share (:func:`positive_int`) are here too.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import NoReturn
+
+from biomoe.checkpoint.safe_types import TRUST_ENV
 
 __all__ = ["CommandParser", "add_batch_tokens_option", "add_checkpoint_argument", "add_device_option",
            "add_progress_option", "add_runtime_options", "checkpoint_of", "model_from_args", "parse_model_command",
@@ -98,6 +101,8 @@ def add_progress_option(parser: argparse.ArgumentParser) -> None:
 
 
 CHECKPOINT_HELP = "checkpoint file, or a run or version folder (its best checkpoint, else the last)"
+TRUST_HELP = ("load the checkpoint even if it holds pickled objects beyond tensors and biomoe's configs, "
+              "which can run code: only for files from a source you trust (also BIOMOE_TRUST_CHECKPOINT=1)")
 
 
 def add_checkpoint_argument(parser: argparse.ArgumentParser, inputs: str | None = None) -> None:
@@ -108,13 +113,18 @@ def add_checkpoint_argument(parser: argparse.ArgumentParser, inputs: str | None 
                         help=CHECKPOINT_HELP + " (or give it as --ckpt_path)")
     parser.add_argument("--ckpt_path", "--ckpt-path", dest="ckpt_path", default=None, metavar="CKPT",
                         help=CHECKPOINT_HELP)
+    parser.add_argument("--trust-checkpoint", dest="trust_checkpoint", action="store_true",
+                        help=TRUST_HELP)
     parser.set_defaults(checkpoint_inputs=inputs)
 
 
 def checkpoint_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argparse.Namespace:
     """Settle :func:`add_checkpoint_argument`'s two spellings into ``args.ckpt`` (resolved: a run
-    folder becomes its checkpoint, said once on stderr)."""
+    folder becomes its checkpoint, said once on stderr); ``--trust-checkpoint`` lets every read of
+    a checkpoint in this command use the full unpickler."""
     inputs = getattr(args, "checkpoint_inputs", None)
+    if getattr(args, "trust_checkpoint", False):  # main() restores the environment when the command ends
+        os.environ[TRUST_ENV] = "1"
     if args.ckpt_path is not None:
         if args.ckpt is not None:
             if inputs is None:

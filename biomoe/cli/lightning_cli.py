@@ -23,7 +23,8 @@ from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
 
 from biomoe import files
 from biomoe.checkpoint.hparams import model_config_from
-from biomoe.checkpoint.read import read_checkpoint
+from biomoe.checkpoint.read import read_checkpoint, refusal
+from biomoe.checkpoint.safe_types import trusted
 from biomoe.checkpoint.records import training_data_settings
 from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.checkpoint.save import AtomicCheckpointIO
@@ -255,12 +256,24 @@ class BioMoECLI(LightningCLI):
         if os.path.isfile(text):  # integrity, structure, finite weights before Lightning reads it
             verify_checkpoint(text, shapes=False)
         try:
-            super()._parse_ckpt_path()
+            self._trusted_ckpt_hparams(text) if trusted() and os.path.isfile(text) else super()._parse_ckpt_path()
         except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+            refused = refusal(exc)
             detail = " ".join(str(exc).split())[:200]
-            raise GenomeInputError(text, f"cannot load checkpoint ({type(exc).__name__}: {detail})") from None
+            raise GenomeInputError(text, refused or f"cannot load checkpoint ({type(exc).__name__}: {detail})") from None
         if os.path.isfile(text):
             self._verify_ckpt(text)
+
+    def _trusted_ckpt_hparams(self, path: str) -> None:
+        """Lightning's ``_parse_ckpt_path`` for a checkpoint the user trusts: Lightning always reads
+        it weights-only, which refuses a trusted file's other pickled objects (a callback's state)."""
+        hparams = dict(read_checkpoint(path).get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        self.config = self.parser.parse_object({self.config.subcommand: {"model": hparams}}, self.config)
 
     def _resolve_ckpt_alias(self, alias: str) -> str:
         """``best``/``last`` for validate/test/predict: the run folders' checkpoints (see

@@ -26,6 +26,7 @@ from biomoe.cli import DESCRIPTION
 from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS
 from biomoe.cli.recipes import expand_recipe_names
 from biomoe.cli.user_errors import INTERRUPTED, classify
+from biomoe.checkpoint.safe_types import TRUST_OPTION, trusted, trusting
 
 __all__ = ["main", "summarize_argument_error"]
 
@@ -43,10 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         argv.remove("--debug")
         debug = True
     argv = expand_recipe_names(argv)  # --config genome: the packaged recipe of that name
+    trust = TRUST_OPTION in argv and argv[0] not in EXTRA_COMMANDS  # LightningCLI does not know it
+    if trust:
+        argv.remove(TRUST_OPTION)
     shown = warnings.showwarning
     warnings.showwarning = functools.partial(_show_warning, fallback=shown)  # biomoe's own: one line each
     try:
-        with files.input_scope():  # inputs registered by this command only
+        # inputs registered by this command only; the trust decision too (its own commands set it in checkpoint_of)
+        with files.input_scope(), trusting(trust or trusted()):
             if argv in (["--help"], ["-h"]):  # the list of commands needs neither Lightning nor torch
                 print(command_list_help(), end="")
                 raise SystemExit(0)
