@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from biomoe.checkpoint.safe_types import allow_checkpoint_types, trusted
 from biomoe.compat.torch import load_checkpoint_keys
 
 META_FILENAME = "meta.pt"  # lightning.fabric.utilities.load._METADATA_FILENAME
@@ -37,7 +38,8 @@ def consolidate(dcp_dir: str | os.PathLike, out_file: str | os.PathLike) -> Path
     from biomoe.checkpoint.save import atomic_torch_save
 
     dcp_dir = Path(dcp_dir)
-    checkpoint = torch.load(dcp_dir / META_FILENAME, map_location="cpu", weights_only=False)
+    allow_checkpoint_types()  # meta.pt holds the hyper-parameters: data, unless the user trusts it fully
+    checkpoint = torch.load(dcp_dir / META_FILENAME, map_location="cpu", weights_only=not trusted())
     checkpoint["state_dict"] = load_model_state(dcp_dir)
     checkpoint.pop("optimizer_states", None)
     checkpoint.pop("lr_schedulers", None)

@@ -33,6 +33,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.strategies.parallel import ParallelStrategy
 from torch.optim import Optimizer
 
+from biomoe.checkpoint.safe_types import allow_checkpoint_types, trusted
 from biomoe.compat.lightning import set_device_mesh, setup_distributed
 from biomoe.files import swap_in_directory
 from biomoe.parallel.grad_clip import clip_grad_norm_, clip_grad_value_
@@ -145,7 +146,7 @@ class ExpertParallelStrategy(ModelParallelStrategy):
         self.barrier()
 
     def load_checkpoint(self, checkpoint_path: str | Path, weights_only: bool | None = None) -> dict[str, Any]:
-        """As the parent, but an unset ``weights_only`` means False, as Lightning's single-file
-        loader does: ``meta.pt`` holds the hyper-parameters (config dataclasses), which torch's
-        weights-only unpickler refuses. Pass ``weights_only=True`` for untrusted checkpoints."""
-        return super().load_checkpoint(checkpoint_path, weights_only=bool(weights_only))
+        """As the parent, weights-only unless the user trusts checkpoints fully (``meta.pt``'s
+        hyper-parameters are biomoe's allowlisted config dataclasses)."""
+        allow_checkpoint_types()
+        return super().load_checkpoint(checkpoint_path, weights_only=bool(weights_only) or not trusted())
