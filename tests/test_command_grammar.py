@@ -79,3 +79,21 @@ def test_score_fasta_windows_default_to_the_training_length(files, tmp_path, cap
     capsys.readouterr()
     np.testing.assert_array_equal(runs["default"], runs["w32"])
     assert not np.array_equal(runs["default"], runs["w1024"])  # a fresh context every 32 bases
+
+
+@pytest.mark.parametrize("device, problem", [("gpu", "is not a device"), ("cuda:99", "cuda:99: ")])
+def test_a_device_this_machine_lacks_is_one_line_naming_the_option(files, tmp_path, capsys, device, problem):
+    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.device_count() > 99:
+        pytest.skip("this machine has a hundred GPUs")
+    ckpt, fasta, _ = files
+    assert cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(tmp_path / "s"), "--device", device]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "argument --device" in line and problem in line
+
+
+def test_a_generation_larger_than_memory_is_refused_before_it_starts(files, tmp_path, capsys):
+    ckpt = str(files[0])
+    assert cli_main(["generate", ckpt, "--out", str(tmp_path / "samples.fa"), "--length", str(10 ** 12),
+                     "--device", "cpu"]) == 2
+    assert "more than this machine's" in error_line(capsys.readouterr().err)
+    assert not (tmp_path / "samples.fa").exists()

@@ -56,9 +56,27 @@ def default_device() -> str:
 
 
 def device_or_default(text: str) -> str:
-    """argparse type of ``--device``: ``auto`` (the default) is :func:`default_device`. argparse
-    converts a default only after parsing, so ``--help`` never asks torch for a GPU."""
-    return default_device() if text == "auto" else text
+    """argparse type of ``--device``: ``auto`` (the default) is :func:`default_device`; anything
+    else must name a device this machine has (one line otherwise, not a failure deep in loading).
+    argparse converts a default only after parsing, so ``--help`` never asks torch for a GPU."""
+    if text == "auto":
+        return default_device()
+    import torch  # imported once a command's arguments are parsed: its --help stays fast
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device (cpu, cuda, cuda:N)") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise argparse.ArgumentTypeError(f"{text}: no CUDA device is usable here (use --device cpu)")
+        if device.index is not None and device.index >= count:
+            raise argparse.ArgumentTypeError(f"{text}: this machine has {count} CUDA device(s), "
+                                             f"cuda:0..cuda:{count - 1}")
+    elif device.type not in ("cpu", "mps"):
+        raise argparse.ArgumentTypeError(f"{text}: biomoe runs on cpu or cuda devices")
+    return text
 
 
 def add_device_option(parser: argparse.ArgumentParser,

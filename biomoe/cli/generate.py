@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -128,6 +129,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_output_size(num_samples: int, length: int) -> None:
+    """Samples are held in memory until the FASTA is written (a byte per base, and a token id per
+    base while sampling): more than the machine has is one line now, not the allocator's traceback."""
+    needed = num_samples * length * 9
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not on this platform: nothing to compare with
+        return
+    if needed > memory:
+        raise GenomeInputError(None, f"--num-samples {num_samples:,} x --length {length:,} bases need about "
+                                     f"{needed / 1e9:,.0f} GB, more than this machine's {memory / 1e9:,.0f} GB; "
+                                     "generate fewer or shorter samples per run")
+
+
 def main(argv: list[str]) -> int:
     args = parse_model_command(build_parser(), argv)
     # imported after parsing: --help stays fast
@@ -135,6 +150,7 @@ def main(argv: list[str]) -> int:
     from biomoe.data.tokenizer import NucleotideTokenizer
     from biomoe.inference.generate import SamplingSettings, default_batch_size, generate
     prompt, prompt_text, inputs = _prompt_from_args(args)
+    check_output_size(args.num_samples, args.length)
     check_outputs([args.out], [args.ckpt, *inputs])
     settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.allow_n)
     model = model_from_args(args)
