@@ -187,3 +187,22 @@ def test_ambiguous_contig_in_a_table_is_one_line_even_when_skipping(ckpt, write_
                      str(tmp_path / "o.tsv"), "--skip-mismatched"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "ambiguous" in err and "gi|1|ref|NC_5.1|, gi|2|ref|NC_5.2|" in err
+
+
+def test_a_plain_gzip_vcf_and_a_position_zero_are_one_line_each(ckpt, write_fasta, tmp_path, capsys):
+    import gzip
+
+    from conftest import error_line
+
+    fasta = write_fasta({"chr1": SEQ})
+    plain = tmp_path / "calls.vcf.gz"
+    plain.write_bytes(gzip.compress(_vcf_text().encode()))  # gzip, not bgzip
+    zero = tmp_path / "zero.vcf"
+    zero.write_text(HEADER + f"chr1\t0\t.\t{SEQ[0]}\t{_other(SEQ[0])}\t.\tPASS\t.\n")
+    for variants, problem in ((plain, "not bgzipped"), (zero, "position must be >= 1")):
+        code = cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(variants),
+                         "--out", str(tmp_path / "out.tsv"), "--device", "cpu", "--no-progress"])
+        assert code == 2
+        line = error_line(capsys.readouterr().err)
+        assert str(variants) in line and problem in line
+    assert not (tmp_path / "out.tsv").exists()

@@ -139,6 +139,9 @@ def read_vcf(path: str | os.PathLike[str], info: Sequence[str] = ()) -> tuple[li
         with pysam.VariantFile(os.fspath(path)) as vcf:
             declared = vcf.header.info
             for record in vcf:
+                if record.pos < 1:  # 0 is the VCF spec's telomere marker: no base to substitute
+                    raise GenomeInputError(path, f"record {record.chrom}:{record.pos}: position must be >= 1 "
+                                                 "(VCF positions are 1-based)")
                 ref = (record.ref or "").upper()
                 ident = record.id or "."
                 for allele, alt in enumerate(record.alts or ()):
@@ -155,6 +158,9 @@ def read_vcf(path: str | os.PathLike[str], info: Sequence[str] = ()) -> tuple[li
                 known = ", ".join(list(declared)[:10]) + (" ..." if len(declared) > 10 else "")
                 raise GenomeInputError(path, f"--info: INFO field(s) {', '.join(missing)} not declared in the VCF "
                                              f"header (declared: {known or 'none'})")
+    except NotImplementedError:  # htslib cannot seek in plain gzip (only in bgzip's blocks)
+        raise GenomeInputError(path, "is gzip-compressed but not bgzipped: recompress it with "
+                                     f"`gunzip -c {os.fspath(path)} | bgzip > OUT.vcf.gz`, or gunzip it") from None
     except (ValueError, OSError) as exc:
         if isinstance(exc, GenomeInputError):
             raise
