@@ -6,8 +6,8 @@ zip format allows it, so that reading the hyper-parameters of a large file costs
 and how a failure is reported is decided here once.
 
 Files are read with torch's weights-only unpickler (tensors, plain containers and the types of
-:mod:`~biomoe.checkpoint.safe_types`): a pickled object that would call a function when loaded
-is refused with one line naming it, unless the user trusts the file
+:mod:`~biomoe.checkpoint.safe_types`): a pickled object that would run code when loaded is
+refused with one line naming it, unless the user trusts the file
 (:func:`~biomoe.checkpoint.safe_types.trusted`).
 """
 

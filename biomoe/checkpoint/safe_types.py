@@ -1,7 +1,7 @@
 """What a checkpoint may hold beyond tensors and plain containers, and when a user trusts it fully.
 
 Every checkpoint is read with ``torch.load(weights_only=True)``: its pickle may build only
-tensors, plain containers and the types listed here, never call a function, so a ``.ckpt`` from
+tensors, plain containers and the types listed here, never run a function, so a ``.ckpt`` from
 elsewhere cannot run code when it is scored. The list is the one place the types biomoe (and
 Lightning, through ``save_hyperparameters``) put into the checkpoints it writes are allowed:
 biomoe's config dataclasses (built from their fields, no code of their own runs) and paths (a

@@ -180,8 +180,7 @@ def embed_genome(model: InferenceModel | MoETransformer, genome: SequenceReader,
     writer = _RowWriter(layout, out, layout.first_rows())
     contig_index = {name: i for i, name in enumerate(layout.names)}
     out_dtype = torch.from_numpy(np.zeros(0, dtype=out.dtype)).dtype
-    windows = (Window((contig_index[name], start), ids) for (name, start), ids in
-               ((w.key, w.ids) for w in genome_windows(genome, window)))
+    windows = (Window((contig_index[w.key[0]], w.key[1]), w.ids) for w in genome_windows(genome, window))
     batches = batches_for(windows, device, batch_tokens, batch_size)
 
     def compute(tokens: Tensor, batch: WindowBatch) -> dict[str, Tensor]:

@@ -298,7 +298,7 @@ def generate(model: InferenceModel | MoETransformer, prompt: np.ndarray | None, 
     for first in range(0, num_samples, batch_size):
         rows = range(first, min(first + batch_size, num_samples))
         if not static:
-            samples.extend(_generate_batch(model, prompt_ids, length, rows, settings, seed, context, progress))
+            samples.extend(_generate_batch(model, prompt_ids, length, rows, settings, seed, max_tokens, progress))
             continue
         if decoder is None or decoder.batch_size != len(rows):
             decoder = None  # one set of buffers at a time: the last batch may be smaller
@@ -308,12 +308,11 @@ def generate(model: InferenceModel | MoETransformer, prompt: np.ndarray | None, 
 
 
 def _generate_batch(model: InferenceModel, prompt: np.ndarray, length: int, rows: range,
-                    settings: SamplingSettings, seed: int, context: int | None, progress) -> list[np.ndarray]:
-    """One batch through the growing :class:`KVCache` (the CPU reference path)."""
+                    settings: SamplingSettings, seed: int, max_tokens: int, progress) -> list[np.ndarray]:
+    """One batch through the growing :class:`KVCache` (the CPU reference path); ``max_tokens`` is
+    the most a sample's cache holds (:func:`generate`'s, the context cap included)."""
     device, dtype = model.device, model.dtype
     b = len(rows)
-    max_tokens = 1 + len(prompt) + length  # <bos>, prompt, generated bases: all a sample can feed
-    max_tokens = max_tokens if context is None else min(context, max_tokens)
     keep = max(1, (max_tokens - 1) // 2)  # bases carried into a refilled cache
     history = torch.from_numpy(prompt).to(device).expand(b, -1)  # prompt + generated so far
     generated = torch.empty(b, length, dtype=torch.long, device=device)

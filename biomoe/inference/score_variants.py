@@ -272,8 +272,7 @@ def score_variants(model: InferenceModel | MoETransformer, genome: SequenceReade
 def prepare_windows(genome: SequenceReader, variants: list[Variant], window: int,
                     source: str = "variants") -> list[tuple[int, str, str]]:
     """Every variant's (window start, ref window, alt window): all are checked before any is scored."""
-    names = ContigNames(genome)
-    return [variant_windows(genome, v, window, source, names) for v in variants]
+    return check_variants(genome, variants, window, source)[1]
 
 
 def check_variants(genome: SequenceReader, variants: list[Variant], window: int, source: str = "variants",

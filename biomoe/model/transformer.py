@@ -62,6 +62,14 @@ def expand_kv_heads(k: Tensor, v: Tensor, num_heads: int) -> tuple[Tensor, Tenso
     return k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
 
 
+def kv_buffers(cfg: ModelConfig, batch_size: int, max_length: int, device: torch.device | str | None,
+               dtype: torch.dtype) -> tuple[list[Tensor], list[Tensor]]:
+    """Zeroed key and value buffers ``[batch, kv_heads, max_length, head_dim]``, one per block."""
+    shape = (batch_size, cfg.num_kv_heads, max_length, cfg.head_dim)
+    return ([torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)],
+            [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)])
+
+
 class KVCache:
     """Keys and values of the tokens seen so far, one buffer per block, for incremental decoding.
 
@@ -72,9 +80,7 @@ class KVCache:
 
     def __init__(self, cfg: ModelConfig, batch_size: int, max_length: int,
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
-        shape = (batch_size, cfg.num_kv_heads, max_length, cfg.head_dim)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.keys, self.values = kv_buffers(cfg, batch_size, max_length, device, dtype)
         self.max_length = max_length
         self.length = 0
 
@@ -107,9 +113,7 @@ class StaticKVCache:
 
     def __init__(self, cfg: ModelConfig, batch_size: int, max_length: int,
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
-        shape = (batch_size, cfg.num_kv_heads, max_length, cfg.head_dim)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.keys, self.values = kv_buffers(cfg, batch_size, max_length, device, dtype)
         self.max_length = max_length
         self.position = torch.zeros((), dtype=torch.int64, device=device)
         self.empty = True

@@ -1,9 +1,10 @@
 """A progress line every few seconds of ``fit`` when no progress bar runs.
 
-The shipped recipes turn Lightning's bar off (its carriage returns fill log files), which left a
-long run silent between its first step and its end. This callback prints one plain line to stderr
-at most every ``interval_s`` seconds: step, share of the run, loss, tokens/s and time left. It
-reads the loss from the device only when it prints, so steps in between never wait for the GPU.
+The shipped recipes turn Lightning's bar off (its carriage returns fill log files); without it a
+long run would say nothing between its first step and its end. This callback prints one plain
+line to stderr at most every ``interval_s`` seconds: step, share of the run, loss, tokens/s and
+time left. It reads the loss from the device only when it prints, so steps in between never wait
+for the GPU.
 """
 
 from __future__ import annotations
