@@ -30,14 +30,27 @@ def test_a_line_per_interval_with_step_loss_rate_and_time_left(monkeypatch):
     assert "0:11 elapsed, ~0:26 left" in lines[0]
 
 
-def test_silent_when_a_progress_bar_runs(monkeypatch):
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def run_one_interval(monkeypatch, out, bar) -> str:
     clock = iter([0.0, 100.0])
     monkeypatch.setattr("biomoe.training.progress_lines.time.perf_counter", lambda: next(clock))
-    out = io.StringIO()
     callback = ProgressLines(interval_s=1, stream=out)
-    callback.on_train_start(fake_trainer(0, bar=object()), None)
-    callback.on_train_batch_end(fake_trainer(1, bar=object()), None, {"loss": torch.tensor(1.0)}, {}, 0)
-    assert out.getvalue() == ""
+    callback.on_train_start(fake_trainer(0, bar=bar), None)
+    callback.on_train_batch_end(fake_trainer(1, bar=bar), None, {"loss": torch.tensor(1.0)}, {}, 0)
+    return out.getvalue()
+
+
+def test_silent_when_a_progress_bar_draws_on_a_terminal(monkeypatch):
+    assert run_one_interval(monkeypatch, Terminal(), bar=object()) == ""
+
+
+def test_lines_when_the_bar_draws_into_a_file(monkeypatch):
+    # `fit > log`: the bar's carriage returns never end a line there, so the log would stay empty
+    assert run_one_interval(monkeypatch, io.StringIO(), bar=object()).startswith("fit: step 1/100")
 
 
 def test_durations_read_as_clock_time():

@@ -1,7 +1,8 @@
 """A progress line every few seconds of ``fit`` when no progress bar runs.
 
-The shipped recipes turn Lightning's bar off (its carriage returns fill log files); without it a
-long run would say nothing between its first step and its end. This callback prints one plain
+The shipped recipes turn Lightning's bar off (its carriage returns fill log files), and where the
+bar is on but stderr is not a terminal (``make fit > log``) it never renders a finished line; either
+way a long run would say nothing between its first step and its end. This callback prints one plain
 line to stderr at most every ``interval_s`` seconds: step, share of the run, loss, tokens/s and
 time left. It reads the loss from the device only when it prints, so steps in between never wait
 for the GPU.
@@ -26,7 +27,7 @@ def format_duration(seconds: float) -> str:
 
 
 class ProgressLines(L.Callback):
-    """One line per ``interval_s`` seconds of training, only where no progress bar is shown."""
+    """One line per ``interval_s`` seconds of training, wherever no progress bar can be seen."""
 
     def __init__(self, interval_s: float = 10.0, stream: Any = None) -> None:
         self.interval_s = interval_s
@@ -36,8 +37,16 @@ class ProgressLines(L.Callback):
         self._tokens = 0
         self._tokens_at_last = 0
 
+    def _out(self) -> Any:
+        return self.stream or sys.stderr
+
     def _enabled(self, trainer: L.Trainer) -> bool:
-        return trainer.progress_bar_callback is None and trainer.is_global_zero
+        if not trainer.is_global_zero:
+            return False
+        if trainer.progress_bar_callback is None:
+            return True
+        isatty = getattr(self._out(), "isatty", None)
+        return not (callable(isatty) and isatty())  # a bar drawn into a file or pipe shows nothing usable
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._started = self._last = time.perf_counter()
@@ -51,7 +60,7 @@ class ProgressLines(L.Callback):
         now = time.perf_counter()
         if self._last is None or now - self._last < self.interval_s or not self._enabled(trainer):
             return
-        print(self.line(trainer, outputs, now), file=self.stream or sys.stderr, flush=True)
+        print(self.line(trainer, outputs, now), file=self._out(), flush=True)
         self._tokens_at_last, self._last = self._tokens, now
 
     def line(self, trainer: L.Trainer, outputs: Any, now: float) -> str:
