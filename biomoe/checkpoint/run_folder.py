@@ -1,16 +1,19 @@
-"""Which checkpoint of a run folder to use: the one with the best validation bits/base.
+"""Which checkpoint a run folder or ``--ckpt_path best|last`` means: one rule for every command.
 
 ``fit`` keeps the best checkpoint (``ModelCheckpoint(monitor="val/bits_per_base", save_top_k=1)``)
 and ``last.ckpt``; on a small genome the last one is often over-fitted, so scoring or exporting it by
-default would throw the run's best result away. Commands that take a checkpoint therefore also take
-the run folder (``runs/genome`` or one ``version_N`` in it) and pick, in this order:
+default would throw the run's best result away. Every command that takes a checkpoint therefore also
+takes the run folder (``runs/genome`` or one ``version_N`` in it), and validate/test/predict take
+``--ckpt_path best``; both mean, in this order:
 
-1. the best checkpoint that ModelCheckpoint recorded in the newest checkpoint of the folder
-   (its ``best_model_path``, looked up by file name inside the folder if the folder has moved);
-2. the newest file whose name starts with ``best``;
-3. the newest ``last*.ckpt``, then the newest checkpoint of any name.
+1. the best checkpoint by the monitored metric, as a ModelCheckpoint with a ``monitor`` recorded it
+   (in the newest ``last*.ckpt``, else the newest checkpoint that records one; looked up by file
+   name inside the folder if the folder has moved);
+2. else the newest file named ``best*`` (a best checkpoint whose callback state was stripped);
+3. else the newest ``last*.ckpt``, then the newest checkpoint of any name.
 
-The choice is printed as one line on stderr, so a user always knows which weights were used.
+``--ckpt_path last`` is the newest ``last*.ckpt``. The choice is printed as one line on stderr, so a
+user always knows which weights were used.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from typing import Any
 from biomoe.checkpoint.read import read_checkpoint_or_none
 from biomoe.errors import GenomeInputError
 
-__all__ = ["best_recorded", "is_distributed_checkpoint", "resolve_checkpoint"]
+__all__ = ["best_recorded", "checkpoints_under", "choose_checkpoint", "is_distributed_checkpoint", "resolve_checkpoint",
+           "say_on_stderr"]
 
 MONITOR = "val/bits_per_base"
 
@@ -46,27 +50,67 @@ def _candidates(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: (p.stat().st_mtime, str(p)))
 
 
-def best_recorded(ckpt: Path) -> tuple[str, float | None] | None:
-    """``(best_model_path, best_model_score)`` that a ModelCheckpoint monitoring validation bits/base
-    stored in ``ckpt`` (None for weights-only or distributed checkpoints, which carry no callback state)."""
+def best_recorded(ckpt: Path) -> tuple[str, float | None, str] | None:
+    """``(best_model_path, best_model_score, monitor)`` that a ModelCheckpoint with a monitor stored in ``ckpt``
+    (validation bits/base preferred where several did; None for weights-only or distributed
+    checkpoints, which carry no callback state). A ModelCheckpoint without a monitor keeps the latest
+    file, not the best, so its record does not count."""
     if ckpt.is_dir():
         return None
     state = read_checkpoint_or_none(ckpt)
     callbacks: dict[str, Any] = (state.get("callbacks") or {}) if state is not None else {}
+    found: list[tuple[bool, str, float | None, str]] = []
     for key, value in callbacks.items():
         if not (str(key).startswith("ModelCheckpoint") and isinstance(value, dict)):
             continue
-        if value.get("monitor") == MONITOR and value.get("best_model_path"):
+        if value.get("monitor") and value.get("best_model_path"):
             score = value.get("best_model_score")
-            return str(value["best_model_path"]), None if score is None else float(score)
-    return None
+            found.append((value["monitor"] == MONITOR, str(value["best_model_path"]),
+                          None if score is None else float(score), str(value["monitor"])))
+    if not found:
+        return None
+    _, path, score, monitor = max(found, key=lambda item: item[0])
+    return path, score, monitor
 
 
-def _say(message: str) -> None:
+def choose_checkpoint(candidates: list[Path]) -> tuple[Path, str]:
+    """The checkpoint among ``candidates`` (sorted oldest first) that the module's rule picks, and why."""
+    lasts = [c for c in candidates if c.name.startswith("last")]
+    newest_first = list(reversed(lasts)) + [c for c in reversed(candidates) if c not in lasts]
+    resolved = {c.resolve(): c for c in candidates}
+    missing = ""
+    for record_holder in newest_first:
+        recorded = best_recorded(record_holder)
+        if recorded is None:
+            continue
+        best_path, score, monitor = recorded
+        by_name = [c for c in candidates if c.name == Path(best_path).name]
+        chosen = resolved.get(Path(best_path).resolve()) if Path(best_path).exists() else None
+        chosen = chosen or (by_name[-1] if by_name else None)
+        if chosen is not None:
+            return chosen, f"best {monitor}" + (f" {score:.4f}" if score is not None else "")
+        missing = f"the recorded best {Path(best_path).name} is gone"
+        break
+    reason = missing or "no best checkpoint recorded"
+    named_best = [c for c in candidates if c.name.startswith("best")]
+    if named_best and not missing:
+        return named_best[-1], "newest best* checkpoint"
+    if lasts:
+        return lasts[-1], f"{reason}; the last one"
+    return candidates[-1], f"{reason}; the newest one"
+
+
+def checkpoints_under(roots: list[Path]) -> list[Path]:
+    """Every checkpoint under ``roots`` (files and distributed-checkpoint folders), oldest first."""
+    found = {c.resolve(): c for root in roots if root.is_dir() for c in _candidates(root)}
+    return sorted(found.values(), key=lambda p: (p.stat().st_mtime, str(p)))
+
+
+def say_on_stderr(message: str) -> None:
     print(f"biomoe: {message}", file=sys.stderr)
 
 
-def resolve_checkpoint(path: str | os.PathLike[str], announce: Callable[[str], None] | None = _say) -> str:
+def resolve_checkpoint(path: str | os.PathLike[str], announce: Callable[[str], None] | None = say_on_stderr) -> str:
     """``path`` itself for a checkpoint file (or a distributed-checkpoint folder); for a run folder,
     the checkpoint to use (see the module docstring), announced as one line."""
     folder = Path(path)
@@ -75,23 +119,7 @@ def resolve_checkpoint(path: str | os.PathLike[str], announce: Callable[[str], N
     candidates = _candidates(folder)
     if not candidates:
         raise GenomeInputError(folder, "folder holds no checkpoint (*.ckpt)")
-    chosen, why = None, ""
-    recorded = best_recorded(candidates[-1])
-    if recorded is not None:
-        best_path, score = recorded
-        by_name = [c for c in candidates if c.name == Path(best_path).name]
-        if Path(best_path).exists() and Path(best_path).resolve() in {c.resolve() for c in candidates}:
-            chosen = Path(best_path)
-        elif by_name:
-            chosen = by_name[-1]
-        if chosen is not None:
-            why = f"best {MONITOR}" + (f" {score:.4f}" if score is not None else "")
-    if chosen is None:
-        best = [c for c in candidates if c.name.startswith("best")]
-        last = [c for c in candidates if c.name.startswith("last")]
-        chosen, why = ((best[-1], "newest best* checkpoint") if best else
-                       (last[-1], "no best checkpoint recorded; the last one") if last else
-                       (candidates[-1], "no best checkpoint recorded; the newest one"))
+    chosen, why = choose_checkpoint(candidates)
     if announce is not None:
         announce(f"{folder}: using {chosen} ({why})")
     return os.fspath(chosen)

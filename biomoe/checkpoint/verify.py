@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
 from biomoe.checkpoint.hparams import recorded_model_config
 from biomoe.checkpoint.read import read_checkpoint
+from biomoe.checkpoint.run_folder import checkpoints_under, choose_checkpoint, say_on_stderr
 
 __all__ = ["check_checkpoint_file", "verify_checkpoint", "resolve_checkpoint_alias", "check_integrity", "check_structure", "check_shapes", "check_finite",
            "expected_shapes"]
@@ -197,34 +198,30 @@ def verify_checkpoint(path: str | os.PathLike[str], config: Any = None, shapes: 
     return ckpt
 
 
-def resolve_checkpoint_alias(alias: str, folders: list[str | os.PathLike[str]]) -> str:
+def resolve_checkpoint_alias(alias: str, folders: list[str | os.PathLike[str]],
+                             announce: Callable[[str], None] | None = say_on_stderr) -> str:
     """The file ``--ckpt_path best|last`` means for validate/test/predict, in a fresh process.
 
     Lightning resolves these from the running trainer's ModelCheckpoint, which in a new process has
-    seen nothing. Here they mean what a user expects after ``fit``: ``last`` is the newest
-    ``last*.ckpt`` under the run's folders (``ModelCheckpoint.dirpath``, the logger's ``save_dir``,
-    ``trainer.default_root_dir``); ``best`` is the best checkpoint that run's ModelCheckpoint recorded
-    (in its state inside that last checkpoint). No such file is one line, not a traceback.
+    seen nothing. Here they mean what a user expects after ``fit``, by the same rule as a run folder
+    (:mod:`biomoe.checkpoint.run_folder`) over the run's folders (``ModelCheckpoint.dirpath``, the
+    logger's ``save_dir``, ``trainer.default_root_dir``): ``last`` is the newest ``last*.ckpt``,
+    ``best`` the best by the monitored metric, else the last. No checkpoint at all is one line.
     """
     roots = [Path(f) for f in dict.fromkeys(os.fspath(f) for f in folders if f)]
-    found = sorted({p.resolve() for root in roots if root.is_dir() for p in root.rglob("*.ckpt") if p.is_file()},
-                   key=lambda p: p.stat().st_mtime_ns)
+    found = checkpoints_under(roots)
     where = ", ".join(str(r) for r in roots) or "the run folder"
     lasts = [p for p in found if p.name.startswith("last")]
     if alias == "last":
         if not lasts:
             raise GenomeInputError(None, f"ckpt_path: 'last': no last*.ckpt under {where}; run fit first or give "
                                          "a checkpoint file")
-        return str(lasts[-1])
-    for candidate in reversed(lasts or found):
-        ckpt = read_checkpoint(str(candidate))
-        callbacks = ckpt.get("callbacks") if isinstance(ckpt, Mapping) else None
-        for key, state in (callbacks or {}).items():
-            best = state.get("best_model_path") if isinstance(state, Mapping) else None
-            if str(key).startswith("ModelCheckpoint") and best:
-                if not os.path.isfile(best):
-                    raise GenomeInputError(best, f"ckpt_path: 'best': recorded in {candidate} as the best "
-                                                 "checkpoint, but the file is gone")
-                return str(best)
-    raise GenomeInputError(None, f"ckpt_path: 'best': no checkpoint under {where} records a best model; run fit first "
-                                 "(with a ModelCheckpoint) or give a checkpoint file")
+        chosen, why = lasts[-1], "the newest last*.ckpt"
+    else:
+        if not found:
+            raise GenomeInputError(None, f"ckpt_path: 'best': no checkpoint under {where}; run fit first or give a "
+                                         "checkpoint file")
+        chosen, why = choose_checkpoint(found)
+    if announce is not None:
+        announce(f"ckpt_path '{alias}': using {chosen} ({why})")
+    return str(chosen)
