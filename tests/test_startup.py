@@ -71,3 +71,55 @@ def test_embed_offers_the_pools_the_inference_module_computes():
     from biomoe.inference.embed import POOLS as COMPUTED
 
     assert POOLS == COMPUTED
+
+
+def run_help(command: str, cache: Path) -> tuple[str, set[str]]:
+    import os
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "COLUMNS": "100"}
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['cli.py', {command!r}, '--help']\n"
+            "try:\n"
+            "    runpy.run_path('cli.py', run_name='__main__')\n"
+            "except SystemExit as exc:\n"
+            "    assert exc.code in (0, None), exc.code\n"
+            "print('@@' + ' '.join(sorted({name.split('.')[0] for name in sys.modules})))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    out, _, names = done.stdout.rpartition("@@")
+    return out, set(names.split())
+
+
+@pytest.mark.slow
+def test_a_lightning_commands_help_is_built_once_then_printed_without_lightning(tmp_path):
+    first, imported_first = run_help("validate", tmp_path)
+    again, imported_again = run_help("validate", tmp_path)
+    assert "--trainer.max_steps" in first and "lightning" in imported_first
+    assert again == first
+    assert not imported_again & set(HEAVY), sorted(imported_again & set(HEAVY))
+
+
+def test_the_help_cache_key_follows_the_code_the_width_and_the_command(tmp_path, monkeypatch):
+    from biomoe.cli import help_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "100")
+    help_cache.store_help(["fit", "--help"], "usage: fit ...\n")
+    assert help_cache.cached_help(["fit", "--help"]) == "usage: fit ...\n"
+    assert help_cache.cached_help(["test", "--help"]) is None
+    monkeypatch.setenv("COLUMNS", "60")
+    assert help_cache.cached_help(["fit", "--help"]) is None  # argparse wraps to the width
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setattr(help_cache, "_source_signature", lambda: iter(["biomoe/model/config.py:1:2"]))
+    assert help_cache.cached_help(["fit", "--help"]) is None  # an edited docstring is new help
+    monkeypatch.setenv("BIOMOE_HELP_CACHE", "0")
+    help_cache.store_help(["fit", "--help"], "other\n")
+    assert help_cache.cached_help(["fit", "--help"]) is None
+
+
+def test_only_a_bare_help_request_is_cached():
+    from biomoe.cli.help_cache import is_help_request
+
+    assert is_help_request(["fit", "--help"]) and is_help_request(["predict", "-h"])
+    assert not is_help_request(["fit", "--config", "genome", "--help"])

@@ -23,7 +23,8 @@ from argparse import ArgumentError
 
 from biomoe import files
 from biomoe.cli import DESCRIPTION
-from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS
+from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS, LIGHTNING_COMMANDS
+from biomoe.cli import help_cache
 from biomoe.cli.recipes import expand_recipe_names
 from biomoe.cli.user_errors import INTERRUPTED, classify
 from biomoe.checkpoint.safe_types import TRUST_OPTION, trusted, trusting
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                 # Each command's module is imported only when it runs: ``--help`` stays quick.
                 module = importlib.import_module(module_name)
                 return int(getattr(module, func_name)(argv[1:]) or 0)
+            if argv[:1] and argv[0] in LIGHTNING_COMMANDS and help_cache.is_help_request(argv):
+                _lightning_help(argv)
             # Lightning and torch are imported only for the commands that need them (start-up time).
             from biomoe.cli.lightning_cli import run_lightning_cli
             from biomoe.training.validation import check_config_files
@@ -107,6 +110,25 @@ def command_list_help() -> str:
     for name, command in COMMANDS.items():
         subcommands.add_parser(name, help=command.summary, add_help=False)
     return parser.format_help()
+
+
+def _lightning_help(argv: list[str]) -> None:
+    """``fit --help`` and its kin: the stored text when the installed code has not changed
+    (:mod:`biomoe.cli.help_cache`), else LightningCLI's, kept for next time. Ends in SystemExit."""
+    text = help_cache.cached_help(argv)
+    if text is not None:
+        sys.stdout.write(text)
+        raise SystemExit(0)
+    from biomoe.cli.lightning_cli import run_lightning_cli
+
+    with help_cache.capturing_stdout() as tee:
+        try:
+            run_lightning_cli(argv)
+        except SystemExit as done:
+            if done.code in (0, None):
+                help_cache.store_help(argv, tee.kept.getvalue())
+            raise
+    raise SystemExit(0)
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
