@@ -22,6 +22,9 @@ def test_torch_internals_exist_and_compute():
     torch.testing.assert_close(norms[0], torch.tensor(12.0).sqrt())
     torch_compat.foreach_mul_(tensors[:1], torch.tensor(0.5))
     assert torch.equal(tensors[0], torch.ones(3))
+    bf16 = [torch.zeros(3, dtype=torch.bfloat16), torch.zeros(2, dtype=torch.bfloat16)]
+    torch_compat.foreach_copy_(bf16, [torch.full((3,), 1.00390625), torch.full((2,), -3.0)])  # casts
+    assert bf16[0].dtype == torch.bfloat16 and torch.equal(bf16[1], torch.full((2,), -3.0, dtype=torch.bfloat16))
     rows = torch.randn(5, 8)
     weights = torch.randn(2, 8, 4)
     offsets = torch.tensor([2, 5], dtype=torch.int32)

@@ -1,8 +1,9 @@
 """Private PyTorch APIs biomoe relies on. Tested with torch 2.11 (CUDA 13.0) and 2.13 (CPU).
 
 - ``torch._grouped_mm``: all experts in one grouped GEMM (no public grouped GEMM yet);
-- ``torch._foreach_norm`` / ``torch._foreach_mul_``: one fused kernel per device and dtype for
-  gradient norms and clipping, instead of one per parameter;
+- ``torch._foreach_norm`` / ``torch._foreach_mul_`` / ``torch._foreach_copy_``: one fused kernel per
+  device and dtype for gradient norms, clipping and copying master weights back, instead of one
+  per parameter;
 - ``checkpoint_wrapper``: torch's activation-checkpoint wrapper keeps state_dict keys unchanged
   (it lives under ``torch.distributed.algorithms._checkpoint``);
 - ``DeviceMesh._flatten``: one process group over several mesh dimensions (as torchtitan does);
@@ -24,7 +25,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 
 TESTED_WITH = ("2.11", "2.13")
 
-__all__ = ["TESTED_WITH", "checkpoint_wrapper", "checkpoint_wrapped", "flatten_mesh", "foreach_mul_",
+__all__ = ["TESTED_WITH", "checkpoint_wrapper", "checkpoint_wrapped", "flatten_mesh", "foreach_copy_", "foreach_mul_",
            "foreach_norm", "grouped_mm", "has_grouped_mm", "load_checkpoint_keys", "step_supports_amp_scaling"]
 
 
@@ -47,6 +48,11 @@ def foreach_norm(tensors: list[Tensor], ord: float = 2.0) -> list[Tensor]:
 
 def foreach_mul_(tensors: list[Tensor], factor: Tensor) -> None:
     torch._foreach_mul_(tensors, factor)
+
+
+def foreach_copy_(targets: list[Tensor], sources: list[Tensor]) -> None:
+    """``targets[i].copy_(sources[i])`` (casting) as multi-tensor kernels, not one per tensor."""
+    torch._foreach_copy_(targets, sources)
 
 
 def checkpoint_wrapped(module: Any) -> Any:

@@ -17,7 +17,8 @@ import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from biomoe.compat.torch import foreach_norm, step_supports_amp_scaling
+from biomoe.compat.torch import step_supports_amp_scaling
+from biomoe.training.grad_norms import per_tensor_norms, step_grad_norms
 
 __all__ = ["NonFiniteError", "NonFiniteGuard", "RouterCollapseMonitor"]
 
@@ -96,9 +97,10 @@ class NonFiniteGuard(L.Callback):
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule,
                                  optimizer: torch.optim.Optimizer) -> None:
         loss_finite, self._loss_finite = self._loss_finite, None
-        named = [(name, _local(p.grad)) for name, p in pl_module.named_parameters() if p.grad is not None]
+        named = [(name, p) for name, p in pl_module.named_parameters() if p.grad is not None]
         names = [name for name, _ in named]
-        grad_bad = nonfinite_per_tensor([g for _, g in named])
+        norms = step_grad_norms(pl_module, [p for _, p in named])  # shared with gradient clipping
+        grad_bad = None if norms is None else ~torch.isfinite(norms)
         device = grad_bad.device if grad_bad is not None else (
             loss_finite.device if loss_finite is not None else pl_module.device)
         loss_bad = (~loss_finite).reshape(()) if loss_finite is not None else None
@@ -211,24 +213,11 @@ class _StepFlags:
 
 
 def nonfinite_per_tensor(tensors: list[Tensor]) -> Tensor | None:
-    """Bool vector (on the first tensor's device): True where a tensor holds NaN or inf.
-
-    One multi-tensor 2-norm per (device, dtype) group, accumulated in fp32: NaN and inf propagate
-    into the norm. A finite tensor whose norm overflows fp32 (entries ~1e19 and more) counts as
-    non-finite too — gradient clipping could not scale it either. No host synchronisation."""
-    if not tensors:
-        return None
-    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-    for index, tensor in enumerate(tensors):
-        groups.setdefault((tensor.device, tensor.dtype), []).append(index)
-    norms: list[Tensor | None] = [None] * len(tensors)
-    first = tensors[0].device
-    for indices in groups.values():
-        group = [tensors[i].detach() for i in indices]
-        values = foreach_norm(group, 2.0)
-        for i, value in zip(indices, values):
-            norms[i] = value.to(first)
-    return ~torch.isfinite(torch.stack(norms))
+    """Bool vector (on the first tensor's device): True where a tensor holds NaN or inf (or a norm
+    beyond fp32, which clipping could not scale either); see
+    :func:`~biomoe.training.grad_norms.per_tensor_norms`. No host synchronisation."""
+    norms = per_tensor_norms(tensors)
+    return None if norms is None else ~torch.isfinite(norms)
 
 
 def _skips_on_device(trainer: L.Trainer, optimizer: torch.optim.Optimizer) -> bool:

@@ -8,16 +8,18 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 from torchmetrics import MeanMetric
 
 from biomoe.build import BuiltModel, build_model
 from biomoe.compat.lightning import attached_trainer, logs_this_step
-from biomoe.compat.torch import step_supports_amp_scaling
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig, RuntimeConfig
 from biomoe.model.losses import LN2, masked_cross_entropy_rows, masked_cross_entropy_sum, per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
+from biomoe.training.grad_norms import clip_grad_norm_shared, drop_grad_scale, forget_step_grad_norms
 from biomoe.training.optim import master_weight_adamw, wants_master_weights
 from biomoe.training.resume import CHECKPOINT_KEY, collect_resume_state, restore_resume_state
 
@@ -77,22 +79,27 @@ class BioMoEModule(L.LightningModule):
 
     def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
-        """Let a strategy whose gradients live on several device meshes clip them itself
-        (torch's ``clip_grad_norm_``, used by Lightning, cannot combine such DTensors)."""
+        """Clip from the norms this step already computed (:mod:`biomoe.training.grad_norms`).
+
+        A strategy whose gradients live on several device meshes clips them itself (torch's
+        ``clip_grad_norm_``, used by Lightning, cannot combine such DTensors). Without a GradScaler
+        (bf16 and fp32) the gradients are true gradients, so the norm-clip is done here: from the
+        norms NonFiniteGuard computed, with the coefficient applied inside a fused optimizer's
+        kernel. A GradScaler (fp16) and sharded gradients keep Lightning's own clipping, which
+        unscales and reduces first."""
         clip = getattr(self.trainer.strategy, "clip_gradients_across_meshes", None)
         if clip is not None:
             clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
-        elif _clips_itself(self.trainer, optimizer, gradient_clip_val):
-            # Lightning's AMP plugin refuses to clip for fused AdamW, because with a GradScaler the
-            # fused kernel unscales inside step(). bf16 has no scaler: gradients are already true
-            # gradients, so clipping them here is exact.
-            params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-            if gradient_clip_algorithm == "value":
-                torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
-            else:
-                torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
-        else:
+            return
+        raw = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+        params = [p for group in raw.param_groups for p in group["params"] if p.grad is not None]
+        plain = not any(isinstance(p.grad, DTensor) for p in params)
+        if not gradient_clip_val or getattr(self.trainer.precision_plugin, "scaler", None) is not None or not plain:
             super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        elif gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+        else:
+            clip_grad_norm_shared(self, raw, params, float(gradient_clip_val))
 
     def forward(self, input_ids: Tensor):
         if self.built is None:  # used outside a Trainer: build on the module's device
@@ -151,7 +158,12 @@ class BioMoEModule(L.LightningModule):
         """Router upkeep right after the update, not in ``on_train_batch_end``: that hook runs
         after callbacks (ModelCheckpoint), so a checkpoint would miss this step's bias update and
         stats reset, and a resumed run would diverge from an uninterrupted one."""
-        super().optimizer_step(*args, **kwargs)
+        try:
+            super().optimizer_step(*args, **kwargs)
+        finally:
+            forget_step_grad_norms(self)
+            for optimizer in self.trainer.optimizers:
+                drop_grad_scale(optimizer)
         self._after_optimizer_step()
 
     def _after_optimizer_step(self) -> None:
@@ -261,13 +273,6 @@ class BioMoEModule(L.LightningModule):
         schedule = warmup_cosine(opt.warmup_steps, max(total, 1), opt.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
-def _clips_itself(trainer: Any, optimizer: Any, clip_val: float | None) -> bool:
-    """True when a fused optimizer runs without a GradScaler, so we clip instead of Lightning."""
-    if not clip_val or not step_supports_amp_scaling(optimizer):
-        return False
-    return getattr(trainer.precision_plugin, "scaler", None) is None
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int, min_ratio: float):

@@ -20,6 +20,7 @@ from torch import Tensor
 from torch.optim.adamw import adamw
 
 from biomoe.backends.te.availability import te_installed, te_usable
+from biomoe.compat.torch import foreach_copy_
 from biomoe.errors import ConfigError
 
 MASTER_STATE = ("master", "exp_avg", "exp_avg_sq")
@@ -41,6 +42,9 @@ class AdamWWithMasterWeights(torch.optim.Optimizer):
         self.fused = bool(fused)
         self.foreach = foreach
         self.master_dtype = master_dtype
+        # As torch's fused AdamW: step() reads ``grad_scale`` (gradients are divided by it inside the
+        # kernel: how clipping and GradScaler hand over their factor) and ``found_inf`` (skip).
+        self._step_supports_amp_scaling = self.fused
 
     def _state_for(self, param: Tensor) -> dict[str, Tensor]:
         state = self.state[param]
@@ -68,12 +72,13 @@ class AdamWWithMasterWeights(torch.optim.Optimizer):
             masters = [s["master"] for s in states]
             grads = [p.grad.to(self.master_dtype) for p in params]
             beta1, beta2 = group["betas"]
+            scaling = {"grad_scale": getattr(self, "grad_scale", None),
+                       "found_inf": getattr(self, "found_inf", None)} if self.fused else {}
             adamw(masters, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
                   [s["step"] for s in states], foreach=self.foreach, fused=self.fused or None,
                   amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
-                  weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
-            for param, master in zip(params, masters):
-                param.copy_(master)  # one rounding to the parameters' dtype
+                  weight_decay=group["weight_decay"], eps=group["eps"], maximize=False, **scaling)
+            foreach_copy_(params, masters)  # one rounding to the parameters' dtype, one kernel per group
         return loss
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
