@@ -6,7 +6,7 @@ biomoe's CLI and progress bar override three private methods (their names are li
 reads the CLI parser's subcommands and the Trainer's logging decision, asks a module or callback
 for its Trainer without Lightning's "not attached" error, sets up the process group and device
 mesh the way ``ModelParallelStrategy`` does, removes the logging methods the Trainer binds onto
-callbacks, reads and sets the device a weight average is built on, and names the private Lightning
+callbacks, reads and sets the device a weight average is built on (and its model and update), and names the private Lightning
 functions on a traceback that tell a user's configuration error from a bug
 (:data:`BUILD_PHASE_FRAMES`, :data:`CHECKPOINT_SELECTION_FRAMES`).
 """
@@ -95,3 +95,16 @@ def weight_averaging_device(callback: Any) -> Any | None:
 def set_weight_averaging_device(callback: Any, device: Any) -> None:
     """Where a ``WeightAveraging`` callback builds its average (read in its ``setup``)."""
     callback._device = device
+
+
+def weight_averaging_model(callback: Any) -> Any | None:
+    """The ``AveragedModel`` a ``WeightAveraging`` callback built in ``setup`` (None before)."""
+    return callback._average_model
+
+
+def set_weight_averaging_update(callback: Any, multi_avg_fn: Any) -> None:
+    """The multi-tensor update a ``WeightAveraging`` callback hands to its ``AveragedModel``
+    (replacing a per-tensor ``avg_fn``; read in its ``setup``)."""
+    callback._kwargs.pop("avg_fn", None)
+    callback._kwargs["multi_avg_fn"] = multi_avg_fn
+

@@ -1,9 +1,9 @@
 """Private PyTorch APIs biomoe relies on. Tested with torch 2.11 (CUDA 13.0) and 2.13 (CPU).
 
 - ``torch._grouped_mm``: all experts in one grouped GEMM (no public grouped GEMM yet);
-- ``torch._foreach_norm`` / ``torch._foreach_mul_`` / ``torch._foreach_copy_``: one fused kernel per
-  device and dtype for gradient norms, clipping and copying master weights back, instead of one
-  per parameter;
+- ``torch._foreach_norm`` / ``_foreach_mul_`` / ``_foreach_copy_`` / ``_foreach_lerp_`` /
+  ``_foreach_add_``: one fused kernel per device and dtype for gradient norms, clipping, copying
+  master weights back and the weights' moving average, instead of one per parameter;
 - ``checkpoint_wrapper``: torch's activation-checkpoint wrapper keeps state_dict keys unchanged
   (it lives under ``torch.distributed.algorithms._checkpoint``);
 - ``DeviceMesh._flatten``: one process group over several mesh dimensions (as torchtitan does);
@@ -25,7 +25,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 
 TESTED_WITH = ("2.11", "2.13")
 
-__all__ = ["TESTED_WITH", "checkpoint_wrapper", "checkpoint_wrapped", "flatten_mesh", "foreach_copy_", "foreach_mul_",
+__all__ = ["TESTED_WITH", "checkpoint_wrapper", "checkpoint_wrapped", "flatten_mesh", "foreach_copy_", "foreach_ema_", "foreach_mul_",
            "foreach_norm", "grouped_mm", "has_grouped_mm", "load_checkpoint_keys", "step_supports_amp_scaling"]
 
 
@@ -53,6 +53,16 @@ def foreach_mul_(tensors: list[Tensor], factor: Tensor) -> None:
 def foreach_copy_(targets: list[Tensor], sources: list[Tensor]) -> None:
     """``targets[i].copy_(sources[i])`` (casting) as multi-tensor kernels, not one per tensor."""
     torch._foreach_copy_(targets, sources)
+
+
+def foreach_ema_(averages: list[Tensor], values: list[Tensor], weight: float) -> None:
+    """``a += weight * (v - a)`` for every pair, as multi-tensor kernels; ``values`` may be of a
+    lower precision than ``averages`` (bf16 weights, fp32 averages)."""
+    if all(a.dtype == v.dtype for a, v in zip(averages, values)):
+        torch._foreach_lerp_(averages, values, weight)
+    else:
+        torch._foreach_mul_(averages, 1.0 - weight)
+        torch._foreach_add_(averages, values, alpha=weight)
 
 
 def checkpoint_wrapped(module: Any) -> Any:
