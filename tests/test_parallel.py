@@ -377,6 +377,41 @@ def _one_device(rank: int, world: int) -> None:
     assert not any(isinstance(p, DTensor) for p in module.model.parameters())
 
 
+def _one_device_sharded(rank: int, world: int) -> None:
+    import lightning as L
+
+    from biomoe.model.config import OptimConfig
+    from biomoe.training.module import BioMoEModule
+    from biomoe.parallel import ExpertParallelStrategy
+
+    losses = {}
+    for shard in (False, True):
+        torch.manual_seed(0)
+        module = BioMoEModule(tiny_config(), OptimConfig(lr=1e-2, warmup_steps=1, max_steps=4),
+                              log_expert_load_every_n_steps=0)
+        seen = []
+
+        class Losses(L.Callback):
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                seen.append(float(outputs["loss"]))
+
+        strategy = ExpertParallelStrategy(shard_single_device=shard)
+        trainer = L.Trainer(accelerator="cpu", devices=1, strategy=strategy, max_steps=4, logger=False,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                            num_sanity_val_steps=0, limit_val_batches=0, gradient_clip_val=1.0,
+                            callbacks=[Losses()])
+        torch.manual_seed(1)
+        trainer.fit(module, torch.utils.data.DataLoader(_TokenDataset(), batch_size=2))
+        assert all(isinstance(p, DTensor) for p in module.model.parameters()) == shard
+        losses[shard] = seen
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_sharding_forced_on_one_device_gives_dtensors_and_the_same_losses():
+    run_ranks(1, _one_device_sharded)
+
+
 @pytest.mark.slow
 def test_strategy_on_one_device_trains_unsharded():
     """FSDP2 at world size 1 cost 37 % of the tokens/s on one H200 (it copies and casts every

@@ -27,6 +27,9 @@ class ParallelPlan:
     load_balancing: str = "global"
     reshard_after_forward: bool = True
     mp_policy: MixedPrecisionPolicy | None = None
+    shard_single_device: bool = False
+    """FSDP2 also at world size 1: the parameters are DTensors as on many GPUs, which lets one GPU
+    check what only sharded runs exercise (the optimizer on DTensors, their checkpoints)."""
 
     def __post_init__(self) -> None:
         if self.load_balancing not in MODES:
@@ -36,7 +39,7 @@ class ParallelPlan:
     def shards(self) -> bool:
         """FSDP2 only where there is something to shard: at world size 1 it would only add a copy
         and cast of every parameter per step."""
-        return self.meshes.dims.world_size > 1
+        return self.meshes.dims.world_size > 1 or self.shard_single_device
 
 
 def apply_expert_parallelism(model: nn.Module, plan: ParallelPlan) -> None:

@@ -57,13 +57,17 @@ class ExpertParallelStrategy(ModelParallelStrategy):
             this rank's GPU, then sharded.
         reshard_after_forward: FSDP2 frees gathered block weights after forward (less memory,
             one more all-gather in backward).
+        shard_single_device: apply FSDP2 at world size 1 too (slower: with nothing to shard it
+            only copies and casts every parameter each step). The parameters are then DTensors as
+            on many GPUs, so one machine can check what sharded runs do with them.
     """
 
     def __init__(self, expert_parallel_size: int = 1, data_parallel_replicate_size: int = 1,
                  data_parallel_shard_size: int | Literal["auto"] = "auto",
                  load_balancing: Literal["global", "ep", "local"] = "global",
                  meta_init: bool = False, reshard_after_forward: bool = True,
-                 save_distributed_checkpoint: bool = True, process_group_backend: str | None = None,
+                 shard_single_device: bool = False, save_distributed_checkpoint: bool = True,
+                 process_group_backend: str | None = None,
                  timeout: timedelta | None = default_pg_timeout) -> None:
         if not save_distributed_checkpoint:
             raise ValueError("ExpertParallelStrategy always saves distributed checkpoints (the "
@@ -78,6 +82,7 @@ class ExpertParallelStrategy(ModelParallelStrategy):
         self.load_balancing = load_balancing
         self.meta_init = meta_init
         self.reshard_after_forward = reshard_after_forward
+        self.shard_single_device = shard_single_device
         self._meshes: ParallelMeshes | None = None
 
     # ------------------------------------------------------------------------------ set-up
@@ -111,7 +116,8 @@ class ExpertParallelStrategy(ModelParallelStrategy):
 
     def parallel_plan(self) -> ParallelPlan:
         """This strategy's layout, for :func:`biomoe.build.build_model`."""
-        return ParallelPlan(self.meshes, self.load_balancing, self.reshard_after_forward)
+        return ParallelPlan(self.meshes, self.load_balancing, self.reshard_after_forward,
+                            shard_single_device=self.shard_single_device)
 
     # ---------------------------------------------------------------------------- training
     def clip_gradients_across_meshes(self, optimizer: Optimizer, clip_val: float | None,
