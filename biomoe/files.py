@@ -19,16 +19,20 @@ prediction files).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import shutil
+import signal
 import tempfile
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
 from biomoe.errors import GenomeInputError
 
-__all__ = ["atomic_path", "atomic_write", "write_bytes", "write_text", "check_not_input", "check_outputs",
+__all__ = ["OutputSet", "commit_together", "sweep_stale_temps", "atomic_path", "atomic_write", "write_bytes", "write_text", "check_not_input", "check_outputs",
            "protect_inputs", "protected_inputs", "same_file", "file_mode"]
 
 PathLike = str | os.PathLike[str]
@@ -110,6 +114,7 @@ def check_outputs(outputs: Iterable[PathLike | None], inputs: Iterable[PathLike 
         if output is None:
             continue
         dest = _destination(output)
+        sweep_stale_temps(dest)  # a killed earlier run's temporaries for this output
         fd, tmp = _new_temp(dest)
         os.close(fd)
         os.unlink(tmp)
@@ -165,17 +170,61 @@ def _fsync_dir(directory: Path) -> None:
 
 def _output_error(path: PathLike, exc: OSError) -> GenomeInputError:
     detail = exc.strerror or str(exc)
-    if exc.filename and os.fspath(exc.filename) != os.fspath(path) and not str(exc.filename).endswith(".tmp"):
+    if (exc.filename and os.fspath(exc.filename) != os.fspath(path) and TEMP_MARK not in str(exc.filename)
+            and not str(exc.filename).endswith(".tmp")):
         detail += f": {exc.filename}"
     return GenomeInputError(path, f"cannot write output ({detail})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Temporaries: recognisable by name, so a killed run's leftovers are swept by the next one
+# ---------------------------------------------------------------------------------------------
+TEMP_MARK = ".biomoe-tmp-"
+"""Every temporary beside an output is ``.<output name>.biomoe-tmp-<pid>-<random>.tmp[<suffix>]``:
+the output it belongs to and the process that made it can be read back from the name."""
+
+
+def _temp_prefix(dest: Path) -> str:
+    return f".{dest.name}{TEMP_MARK}{os.getpid()}-"
 
 
 def _new_temp(dest: Path, suffix: str = ".tmp") -> tuple[int, str]:
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix, dir=dest.parent)
+        return tempfile.mkstemp(prefix=_temp_prefix(dest), suffix=suffix, dir=dest.parent)
     except OSError as exc:
         raise _output_error(dest, exc) from None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process (or a number we cannot ask about): leave its files
+    return True
+
+
+def sweep_stale_temps(dest: PathLike) -> list[Path]:
+    """Remove temporaries of ``dest`` left by processes that no longer run (a SIGKILL, a power cut
+    between writing and renaming); returns what was removed. Temporaries of live processes,
+    this one included, are left alone: another run may be writing the same output right now."""
+    dest = Path(dest)
+    pattern = re.compile(rf"^\.{re.escape(dest.name)}{re.escape(TEMP_MARK)}(\d+)-")
+    removed: list[Path] = []
+    try:
+        entries = list(dest.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.match(entry.name)
+        if match is None or int(match.group(1)) == os.getpid() or _pid_alive(int(match.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+            removed.append(entry)
+    return removed
 
 
 def _commit(tmp: str, dest: Path) -> None:
@@ -194,17 +243,20 @@ def atomic_write(path: PathLike, mode: str = "w", encoding: str | None = "utf-8"
         raise ValueError(f"atomic_write mode must be 'w' or 'wb', got {mode!r}")
     dest = _destination(path)
     fd, tmp = _new_temp(dest)
-    try:
-        kwargs = {} if "b" in mode else {"encoding": encoding, "newline": newline}
-        with os.fdopen(fd, mode, **kwargs) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        _commit(tmp, dest)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        _reraise(path, exc)
+    with file_size_limit_as_error():
+        try:
+            kwargs = {} if "b" in mode else {"encoding": encoding, "newline": newline}
+            with os.fdopen(fd, mode, **kwargs) as handle:
+                yield handle
+                handle.flush()
+                os.fsync(handle.fileno())
+            _commit(tmp, dest)
+        except BaseException as exc:
+            try:
+                _reraise(path, exc, [Path(tmp)])
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
 
 @contextlib.contextmanager
@@ -219,18 +271,17 @@ def atomic_path(path: PathLike, create: bool = True) -> Iterator[Path]:
     os.close(fd)
     if not create:
         os.unlink(tmp)
-    try:
-        yield Path(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
+    with file_size_limit_as_error():
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _commit(tmp, dest)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        _reraise(path, exc)
+            yield Path(tmp)
+            _fsync_file(Path(tmp))
+            _commit(tmp, dest)
+        except BaseException as exc:
+            try:
+                _reraise(path, exc, [Path(tmp)])
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
 
 def _interrupted(exc: BaseException) -> bool:
@@ -242,15 +293,228 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
-def _reraise(path: PathLike, exc: BaseException) -> None:
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
+_RUST_OS_ERROR = re.compile(r"os error (\d+)")  # safetensors' IoError(Os { code: 28, ... })
+_WRITER_FAILED = ("file write failed", "unexpected pos", "PytorchStreamWriter failed", "IoError")
+
+
+def _probe_reason(directory: Path, temps: Iterable[Path] = ()) -> str:
+    """Why a writer that only says "write failed" (torch's zip writer) failed: a full disk, the
+    file size limit (``ulimit -f``), else its own words are all there is."""
+    with contextlib.suppress(OSError, ValueError):
+        if os.statvfs(directory).f_bavail == 0:
+            return os.strerror(errno.ENOSPC)
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY and any(p.is_file() and p.stat().st_size >= limit for p in temps):
+            return os.strerror(errno.EFBIG) + " (file size limit, ulimit -f)"
+    return ""
+
+
+def write_failure(path: PathLike, exc: BaseException, temps: Iterable[Path] = ()) -> GenomeInputError | None:
+    """The one line for an output that could not be written (disk full, file too large, quota,
+    read-only file system, permission), whether the writer raised ``OSError`` or its own error
+    about one (safetensors, torch's zip writer); None for any other exception."""
+    if isinstance(exc, GenomeInputError):
+        return exc
+    if isinstance(exc, OSError):
+        return _output_error(path, exc)
+    message = " ".join(str(exc).split())
+    match = _RUST_OS_ERROR.search(message)
+    if match is not None:
+        return GenomeInputError(path, f"cannot write output ({os.strerror(int(match.group(1)))})")
+    for number in _WRITE_ERRNOS:
+        if os.strerror(number) in message:
+            return GenomeInputError(path, f"cannot write output ({os.strerror(number)})")
+    if any(text in message for text in _WRITER_FAILED):
+        reason = _probe_reason(Path(path).parent, temps) or message[:160]
+        return GenomeInputError(path, f"cannot write output ({reason})")
+    return None
+
+
+def _reraise(path: PathLike, exc: BaseException, temps: Iterable[Path] = ()) -> None:
     """After a failed write: Ctrl-C stays Ctrl-C (torch's zip writer, interrupted while it calls
-    back into Python, raises a RuntimeError about file positions instead), OS errors become one
-    line naming the output, anything else propagates as it is."""
+    back into Python, raises a RuntimeError about file positions instead), failed writes become
+    one line naming the output, anything else propagates as it is."""
     if _interrupted(exc) and not isinstance(exc, KeyboardInterrupt):
         raise KeyboardInterrupt from None
-    if isinstance(exc, OSError):
-        raise _output_error(path, exc) from None
+    if isinstance(exc, Exception):
+        failure = write_failure(path, exc, temps)
+        if failure is not None and failure is not exc:
+            raise failure from None
     raise exc
+
+
+@contextlib.contextmanager
+def file_size_limit_as_error() -> Iterator[None]:
+    """While outputs are written, a file size limit (``ulimit -f``) makes ``write`` fail with
+    EFBIG, which becomes one line naming the output, instead of SIGXFSZ killing the process
+    with nothing said and a temporary left behind. Signals can be set from the main thread only."""
+    sig = getattr(signal, "SIGXFSZ", None)
+    if sig is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(sig, previous)
+
+
+# ---------------------------------------------------------------------------------------------
+# Several outputs of one command: all new, or all as they were
+# ---------------------------------------------------------------------------------------------
+class OutputSet:
+    """The temporaries of one command's outputs (see :func:`commit_together`)."""
+
+    def __init__(self, outputs: Sequence[PathLike], create: bool = True) -> None:
+        self.given = [Path(p) for p in outputs]
+        self.dests = [_destination(p) for p in outputs]
+        if len(set(self.dests)) != len(self.dests):
+            raise ValueError(f"outputs named twice: {[os.fspath(p) for p in outputs]}")
+        self.temps: list[Path] = []
+        self.dropped: set[int] = set()
+        self.scratches: list[Path] = []
+        for dest in self.dests:
+            sweep_stale_temps(dest)
+            self.temps.append(self._make(dest, ".tmp" + "".join(dest.suffixes[-1:]), create))
+
+    def _make(self, dest: Path, suffix: str, create: bool) -> Path:
+        fd, tmp = _new_temp(dest, suffix=suffix)
+        os.close(fd)
+        if not create:
+            os.unlink(tmp)
+        return Path(tmp)
+
+    def _index(self, output: PathLike) -> int:
+        given = Path(output)
+        for i, (name, dest) in enumerate(zip(self.given, self.dests)):
+            if given in (name, dest):
+                return i
+        raise KeyError(f"{output} is not one of this command's outputs")
+
+    def __iter__(self) -> Iterator[Path]:
+        return iter(self.temps)
+
+    def __len__(self) -> int:
+        return len(self.temps)
+
+    def temp(self, output: PathLike) -> Path:
+        """Where to write ``output``'s new contents."""
+        return self.temps[self._index(output)]
+
+    def drop(self, output: PathLike) -> None:
+        """``output`` gets no new contents: an earlier run's file of that name is removed at
+        commit (a stale sidecar must not sit beside new results), kept if the command fails."""
+        index = self._index(output)
+        self.dropped.add(index)
+        with contextlib.suppress(OSError):
+            self.temps[index].unlink()
+
+    def scratch(self, suffix: str = ".tmp") -> Path:
+        """A working file beside the first output, named as a temporary of it (so a killed run's
+        is swept), removed when the set ends whether it commits or not."""
+        path = self._make(self.dests[0], suffix, create=True)
+        self.scratches.append(path)
+        return path
+
+    def cleanup(self) -> None:
+        for path in [*self.temps, *self.scratches]:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+    def commit(self) -> None:
+        """Every output renamed into place, or (a rename failing midway) the earlier files back."""
+        for index, tmp in enumerate(self.temps):
+            if index not in self.dropped and tmp.is_file():
+                _fsync_file(tmp)
+                os.chmod(tmp, file_mode())
+        backups = self._back_up()
+        done: list[int] = []
+        try:
+            for index, (tmp, dest) in enumerate(zip(self.temps, self.dests)):
+                if index in self.dropped:
+                    named = self.given[index] if self.given[index].is_symlink() else dest
+                    if named.exists() or named.is_symlink():
+                        os.unlink(named)
+                else:
+                    os.replace(tmp, dest)
+                done.append(index)
+        except BaseException:
+            self._restore(done, backups)
+            raise
+        finally:
+            for backup in backups.values():
+                with contextlib.suppress(OSError):
+                    backup.unlink()
+        for directory in {dest.parent for dest in self.dests}:
+            _fsync_dir(directory)
+
+    def _back_up(self) -> dict[int, Path]:
+        """Hard links to the current outputs (free, same folder), to put back if a later rename fails."""
+        backups: dict[int, Path] = {}
+        for index, dest in enumerate(self.dests):
+            if not dest.is_file():
+                continue
+            backup = self._make(dest, ".old.tmp", create=False)
+            try:
+                os.link(dest, backup)
+            except OSError:
+                continue  # no hard links here: a failed rename then leaves that one output new
+            backups[index] = backup
+        return backups
+
+    def _restore(self, done: list[int], backups: dict[int, Path]) -> None:
+        for index in done:
+            dest = self.dests[index]
+            with contextlib.suppress(OSError):
+                if index in backups:
+                    os.replace(backups.pop(index), dest)
+                elif index not in self.dropped:
+                    dest.unlink()
+
+    def failed_output(self, exc: BaseException) -> Path:
+        """The output a failed write was for: the one whose temporary the error names, else the
+        one written last (a writer that does not say which file it was writing)."""
+        named = os.fspath(getattr(exc, "filename", None) or "")
+        for given, tmp, dest in zip(self.given, self.temps, self.dests):
+            if named and named in (os.fspath(tmp), os.fspath(dest)):
+                return given
+        def written_at(item: tuple[Path, Path]) -> int:
+            try:
+                return item[1].stat().st_mtime_ns
+            except OSError:
+                return -1
+        return max(zip(self.given, self.temps), key=written_at)[0]
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def commit_together(outputs: Sequence[PathLike], create: bool = True) -> Iterator[OutputSet]:
+    """``with commit_together([tsv, npz]) as (tmp_tsv, tmp_npz): ...``: one command's outputs,
+    written to temporaries beside them and renamed into place only once the block has written
+    them all. On any exception (also Ctrl-C) every output keeps its earlier contents and the
+    temporaries are removed; a write that fails (disk full, file size limit, quota, read-only
+    folder, permission) becomes one line naming the output. ``create=False`` hands over names
+    that do not exist yet (writers that refuse or read an existing file)."""
+    with file_size_limit_as_error():
+        outputs_set = OutputSet(outputs, create=create)
+        try:
+            yield outputs_set
+            outputs_set.commit()
+        except BaseException as exc:
+            _reraise(outputs_set.failed_output(exc), exc, outputs_set.temps)
+        finally:
+            outputs_set.cleanup()  # scratch files; the renamed temporaries are gone already
 
 
 def write_text(path: PathLike, text: str) -> None:

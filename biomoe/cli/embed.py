@@ -10,10 +10,8 @@ into a memory-mapped array on disk, which is then streamed into the ``.npz``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,7 @@ from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_ch
 from biomoe.data.reader import total_length
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
-from biomoe.files import atomic_write, check_outputs
+from biomoe.files import check_outputs, commit_together
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]
@@ -79,11 +77,11 @@ def main(argv: list[str]) -> int:
                              args.pool, args.pool_size)
     index = layout.index_arrays()
     rows, hidden = len(index["contig"]), model.config.hidden_size
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    # Rows go to a memory-mapped scratch file beside the output (bounded memory on any genome).
-    fd, scratch = tempfile.mkstemp(prefix=f".{args.out.name}.", suffix=".rows.npy", dir=args.out.parent)
-    os.close(fd)
-    try:
+    # Rows go to a memory-mapped scratch file beside the output (bounded memory on any genome),
+    # named as a temporary of the output: removed on any failure, and a killed run's is swept by
+    # the next run for the same --out.
+    with commit_together([args.out]) as outputs:
+        scratch = outputs.scratch(".rows.npy")
         out = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.dtype(args.dtype), shape=(rows, hidden))
         with progress_bar(total_length(genome), "embed", disable=args.no_progress) as bar:
             started = time.perf_counter()
@@ -93,11 +91,9 @@ def main(argv: list[str]) -> int:
         out.flush()
         arrays = {"embeddings": out, **index, "bases": bases,
                   "layer": np.array("final" if layer is None else str(layer)), "pool": np.array(args.pool)}
-        with atomic_write(args.out, "wb") as handle:
+        with open(outputs.temp(args.out), "wb") as handle:
             np.savez(handle, **arrays)
         del out, arrays
-    finally:
-        Path(scratch).unlink(missing_ok=True)
     done = int(total_length(genome))
     print(f"embedded {done:,} bases in {elapsed:.2f} s ({done / max(elapsed, 1e-9) / 1e6:.3f} Mbp/s)", file=sys.stderr)
     print(f"wrote {args.out} ({rows:,} x {hidden} embeddings, layer {'final' if layer is None else layer}, "

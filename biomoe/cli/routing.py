@@ -16,7 +16,7 @@ from biomoe.cli.arguments import CommandParser, positive_int
 from biomoe.data.fasta import file_labels, resolve_fasta_paths
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
-from biomoe.files import check_outputs, write_text
+from biomoe.files import check_outputs, commit_together
 from biomoe.genomics.routing_plot import plot_routing, require_matplotlib
 from biomoe.progress import progress_bar
 
@@ -113,7 +113,11 @@ def main(argv: list[str]) -> int:
                                               args.batch_size, progress=bar))
     report = routing_report(results, counter.layers, counter.num_experts, counter.top_k, seq_length, args.windows,
                             str(ckpt), shlex.join(["biomoe", "routing", *argv]))
-    write_text(args.out, to_json(report))
+    # the JSON and its heatmap appear together, or (a failure drawing or writing either) neither changes
+    with commit_together([args.out] if plot is None else [args.out, plot]) as outputs:
+        outputs.temp(args.out).write_text(to_json(report), encoding="utf-8")
+        if plot is not None:
+            plot_routing(report, outputs.temp(plot), atomic=False)
     print(f"wrote {args.out} ({len(results)} genomes, {len(report['species'])} species, "
           f"{len(counter.layers)} MoE layers)")
     summary = report["specificity"]
@@ -127,6 +131,5 @@ def main(argv: list[str]) -> int:
         print(f"biomoe: skipped {skipped} mostly-N windows (counted in each genome's skipped_windows)",
               file=sys.stderr)
     if plot is not None:
-        plot_routing(report, plot)
         print(f"wrote {plot}")
     return 0

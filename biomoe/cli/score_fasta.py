@@ -31,7 +31,7 @@ from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_ch
                                   positive_int)
 from biomoe.data.reader import total_length
 from biomoe.data.registry import open_reader
-from biomoe.files import atomic_path, check_outputs
+from biomoe.files import check_outputs, commit_together
 from biomoe.progress import progress_bar
 
 __all__ = ["main"]
@@ -84,14 +84,16 @@ def main(argv: list[str]) -> int:
     if repeat is not None and repeat.covered_fraction > 0.5:
         print(f"biomoe: warning: {repeat.covered_fraction:.0%} of the scored bases follow a k-mer of the repeat "
               "expert's training sequence: these scores measure its memory, not the model", file=sys.stderr)
-    with atomic_path(tsv) as target, open(target, "w") as handle:
-        handle.write("contig\tlength\tscored_bases\tlog_likelihood\tbits_per_base\n")
-        for row in summary_rows(per_base):
-            handle.write(f"{row['contig']}\t{row['length']}\t{row['scored_bases']}\t"
-                         f"{row['log_likelihood']:.6f}\t{row['bits_per_base']:.6f}\n")
+    # both files appear together, or (a failure at any point) neither changes
+    with commit_together([tsv, npz] if args.per_base else [tsv]) as outputs:
+        with open(outputs.temp(tsv), "w") as handle:
+            handle.write("contig\tlength\tscored_bases\tlog_likelihood\tbits_per_base\n")
+            for row in summary_rows(per_base):
+                handle.write(f"{row['contig']}\t{row['length']}\t{row['scored_bases']}\t"
+                             f"{row['log_likelihood']:.6f}\t{row['bits_per_base']:.6f}\n")
+        if args.per_base:
+            np.savez_compressed(outputs.temp(npz), **per_base)
     print(f"wrote {tsv}")
     if args.per_base:
-        with atomic_path(npz) as target:
-            np.savez_compressed(target, **per_base)
         print(f"wrote {npz}")
     return 0

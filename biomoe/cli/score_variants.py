@@ -10,16 +10,14 @@ logp_ref, logp_alt and llr (nats), then the INFO fields asked for with ``--info`
 ``--skip-mismatched`` sets aside variants the genome cannot score as given (reference allele not
 in the genome, unknown contig, beyond the contig end) instead of stopping at the first: they are
 counted on stderr and listed with the reason in ``OUT.skipped.tsv`` (``effects.skipped.tsv`` for
-``--out effects.tsv``), itself a variant table. Both files are replaced atomically, the list
-first; a run that skips nothing removes a list left by an earlier run, so the list beside an
-output always belongs to it.
+``--out effects.tsv``), itself a variant table. Both files are committed together (both new, or
+on a failure both as they were); a run that skips nothing removes a list left by an earlier run,
+so the list beside an output always belongs to it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 import time
 from pathlib import Path
@@ -30,7 +28,7 @@ from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_ch
                                   positive_int)
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
-from biomoe.files import atomic_path, check_outputs
+from biomoe.files import check_outputs, commit_together
 from biomoe.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -129,28 +127,20 @@ def main(argv: list[str]) -> int:
 
 def _write_results(out: Path, sidecar: Path, rows: list[dict[str, object]], info: list[str],
                    set_aside: list[tuple[Variant, str]]) -> None:
-    """The results and the skipped list, each atomically. The list is settled first (written, or
-    an earlier run's removed), so once the new results appear the list beside them is theirs."""
+    """The results and the skipped list, committed together: both new (or, with nothing skipped,
+    an earlier run's list removed), or on any failure both as they were."""
     header = COLUMNS + [key if key not in COLUMNS else f"info.{key}" for key in info]
-    with contextlib.ExitStack() as stack:
-        target = stack.enter_context(atomic_path(out))
-        with open(target, "w") as handle:
+    with commit_together([out, sidecar]) as outputs:
+        with open(outputs.temp(out), "w") as handle:
             handle.write("\t".join(header) + "\n")
             for row in rows:
                 cells = [_cell(row[c]) for c in COLUMNS] + [row["info"].get(key, "") for key in info]
                 handle.write("\t".join(cells) + "\n")
         if set_aside:
-            with atomic_path(sidecar) as listed, open(listed, "w") as handle:
+            with open(outputs.temp(sidecar), "w") as handle:
                 handle.write("\t".join(["contig", "position", "id", "ref", "alt", "reason"]) + "\n")
                 for variant, reason in set_aside:
                     handle.write("\t".join([variant.contig, str(variant.position), variant.id, variant.ref,
                                             variant.alt, reason]) + "\n")
-        elif sidecar.exists() or sidecar.is_symlink():
-            try:
-                os.unlink(sidecar)  # an earlier run's list: stale beside these results
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                raise GenomeInputError(sidecar, f"cannot remove the earlier run's skipped list "
-                                                f"({exc.strerror or exc})") from None
-    # leaving the ExitStack commits the results, after the list
+        else:
+            outputs.drop(sidecar)  # an earlier run's list would be stale beside these results

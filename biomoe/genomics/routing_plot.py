@@ -40,9 +40,10 @@ def grouped_rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, int
     return order, blocks
 
 
-def plot_routing(report: dict[str, Any], out_path: str | Path, dpi: int = 150) -> Path:
+def plot_routing(report: dict[str, Any], out_path: str | Path, dpi: int = 150, atomic: bool = True) -> Path:
     """Draw the heatmaps of a routing report (see :func:`biomoe.genomics.routing.routing_report`)
-    and write them atomically to ``out_path``."""
+    and write them atomically to ``out_path``; ``atomic=False`` writes the file as named, for a
+    caller whose ``out_path`` is already a temporary it commits with other outputs."""
     import matplotlib  # optional dependency
 
     matplotlib.use("Agg")
@@ -91,7 +92,10 @@ def plot_routing(report: dict[str, Any], out_path: str | Path, dpi: int = 150) -
     fig.suptitle(f"Expert routing per genome (top-{report.get('top_k', '?')}, "
                  f"{report.get('windows_requested', '?')} windows x {report.get('seq_length', '?')} bp)", fontsize=10)
     try:
-        save_figure(fig, out_path, dpi)
+        if atomic:
+            save_figure(fig, out_path, dpi)
+        else:
+            fig.savefig(out_path, dpi=dpi)
     finally:
         plt.close(fig)
     return Path(out_path)

@@ -28,14 +28,14 @@ from torch import Tensor
 
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.errors import GenomeInputError
-from biomoe.files import atomic_path, check_outputs, write_text
+from biomoe.files import check_outputs, commit_together
 from biomoe.checkpoint.verify import check_finite
 from biomoe.checkpoint.save import atomic_torch_save
 from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.inference.load import load_model
 from biomoe.model.transformer import MoETransformer
 from biomoe.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from biomoe.interop.hf_tokenizer import write_generation_config, write_tokenizer
+from biomoe.interop.hf_tokenizer import generation_config_text, tokenizer_files
 from biomoe.interop.model_card import model_card, training_record
 
 __all__ = ["export_hf", "import_hf", "to_hf_state_dict", "from_hf_state_dict", "hf_config"]
@@ -198,13 +198,19 @@ def export_hf(ckpt_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     record = training_record(ckpt_path)
     context = record.data.get("seq_length")
     context = context if isinstance(context, int) and context > 0 else None
-    with atomic_path(out / "model.safetensors") as tmp:  # weights first: config.json names a complete folder
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
-    write_tokenizer(out, fold_lowercase=bool(record.data.get("fold_lowercase", True)), model_max_length=context)
-    write_generation_config(out, model.config.vocab_size, max_new_tokens=context or 1024)
+    fold = bool(record.data.get("fold_lowercase", True))
+    out.mkdir(parents=True, exist_ok=True)
+    texts = {name: data for name, data in tokenizer_files(fold, context, scratch_dir=out).items()}
+    texts["generation_config.json"] = generation_config_text(model.config.vocab_size, context or 1024).encode()
     total = sum(t.numel() for t in tensors.values())
-    write_text(out / "README.md", model_card(model.config, total, record, Path(ckpt_path).name))
-    write_text(out / "config.json", json.dumps(hf_config(model.config, context), indent=2) + "\n")
+    texts["README.md"] = model_card(model.config, total, record, Path(ckpt_path).name).encode()
+    texts["config.json"] = (json.dumps(hf_config(model.config, context), indent=2) + "\n").encode()
+    # the whole folder at once: on any failure (a full disk in the middle of the weights) every file
+    # of an earlier export stays as it was, and none of this one appears
+    with commit_together([out / "model.safetensors", *(out / name for name in texts)]) as outputs:
+        save_file(tensors, str(outputs.temp(out / "model.safetensors")), metadata={"format": "pt"})
+        for name, data in texts.items():
+            outputs.temp(out / name).write_bytes(data)
     return out
 
 

@@ -23,7 +23,8 @@ from biomoe.data.tokenizer import BOS_ID, EOS_ID, IUPAC_AMBIGUITY, NUCLEOTIDES, 
 from biomoe.files import write_bytes, write_text
 from biomoe.inference.generate import emitted_token_ids
 
-__all__ = ["build_hf_tokenizer", "hf_generation_config", "write_generation_config", "write_tokenizer"]
+__all__ = ["build_hf_tokenizer", "generation_config_text", "hf_generation_config", "tokenizer_files",
+           "write_generation_config", "write_tokenizer"]
 
 _PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # the name transformers 4.x and 5.x both load
 
@@ -51,14 +52,14 @@ def build_hf_tokenizer(fold_lowercase: bool = True, model_max_length: int | None
         **extra)
 
 
-def write_tokenizer(out: Path, fold_lowercase: bool = True, model_max_length: int | None = None) -> list[str]:
-    """Write the tokenizer files into ``out`` (each one atomically); returns their names.
-
-    ``save_pretrained`` writes plain files, so it writes into a scratch folder beside ``out`` and
-    every file is then moved in through biomoe's atomic, input-guarded writer."""
+def tokenizer_files(fold_lowercase: bool = True, model_max_length: int | None = None,
+                    scratch_dir: Path | None = None) -> dict[str, bytes]:
+    """The tokenizer files of an exported folder, by name, as bytes (written by the caller, together
+    with the rest of the folder). ``save_pretrained`` only writes plain files, so it writes into a
+    scratch folder (in ``scratch_dir``, the export's folder: same disk) that is removed again."""
     tokenizer = build_hf_tokenizer(fold_lowercase, model_max_length)
-    names: list[str] = []
-    with tempfile.TemporaryDirectory(prefix=".tokenizer.", dir=out) as scratch:
+    files: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory(prefix=".tokenizer.", dir=scratch_dir) as scratch:
         tokenizer.save_pretrained(scratch)
         for path in sorted(Path(scratch).iterdir()):
             if not path.is_file():
@@ -66,11 +67,18 @@ def write_tokenizer(out: Path, fold_lowercase: bool = True, model_max_length: in
             if path.name == "tokenizer_config.json":
                 settings = json.loads(path.read_text())
                 settings["tokenizer_class"] = _PORTABLE_TOKENIZER_CLASS
-                write_text(out / path.name, json.dumps(settings, indent=2) + "\n")
+                files[path.name] = (json.dumps(settings, indent=2) + "\n").encode()
             else:
-                write_bytes(out / path.name, path.read_bytes())
-            names.append(path.name)
-    return names
+                files[path.name] = path.read_bytes()
+    return files
+
+
+def write_tokenizer(out: Path, fold_lowercase: bool = True, model_max_length: int | None = None) -> list[str]:
+    """Write the tokenizer files into ``out`` (each one atomically); returns their names."""
+    files = tokenizer_files(fold_lowercase, model_max_length, scratch_dir=out)
+    for name, data in files.items():
+        write_bytes(out / name, data)
+    return list(files)
 
 
 def hf_generation_config(vocab_size: int, max_new_tokens: int = 1024):
@@ -84,5 +92,9 @@ def hf_generation_config(vocab_size: int, max_new_tokens: int = 1024):
         suppress_tokens=[i for i in range(vocab_size) if i not in allowed])
 
 
+def generation_config_text(vocab_size: int, max_new_tokens: int = 1024) -> str:
+    return hf_generation_config(vocab_size, max_new_tokens).to_json_string()
+
+
 def write_generation_config(out: Path, vocab_size: int, max_new_tokens: int = 1024) -> None:
-    write_text(out / "generation_config.json", hf_generation_config(vocab_size, max_new_tokens).to_json_string())
+    write_text(out / "generation_config.json", generation_config_text(vocab_size, max_new_tokens))
