@@ -294,7 +294,7 @@ def _interrupted(exc: BaseException) -> bool:
 
 
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
-_RUST_OS_ERROR = re.compile(r"os error (\d+)")  # safetensors' IoError(Os { code: 28, ... })
+_RUST_OS_ERROR = re.compile(r"os error (\d+)|Os \{ code: (\d+)")  # safetensors' IoError(Os { code: 28, ... })
 _WRITER_FAILED = ("file write failed", "unexpected pos", "PytorchStreamWriter failed", "IoError")
 
 
@@ -324,7 +324,8 @@ def write_failure(path: PathLike, exc: BaseException, temps: Iterable[Path] = ()
     message = " ".join(str(exc).split())
     match = _RUST_OS_ERROR.search(message)
     if match is not None:
-        return GenomeInputError(path, f"cannot write output ({os.strerror(int(match.group(1)))})")
+        number = int(match.group(1) or match.group(2))
+        return GenomeInputError(path, f"cannot write output ({os.strerror(number)})")
     for number in _WRITE_ERRNOS:
         if os.strerror(number) in message:
             return GenomeInputError(path, f"cannot write output ({os.strerror(number)})")

@@ -18,15 +18,23 @@ genuine bug must keep its traceback. The rule, :func:`classify`:
   of its Trainer arguments in a ``ValueError`` once the data is known (``val_check_interval`` larger
   than an epoch).
 
+* running out of a resource, which the user fixes with a setting or a disk, not a code change:
+  host ``MemoryError`` and CUDA out-of-memory name the option that sizes the work of the command
+  that ran out (``--batch-tokens``/``--batch-size``, ``--length``, ``data.seq_length`` for
+  training); a full disk, file size limit, quota, read-only folder or permission refused on a file
+  names the file (:func:`biomoe.files.write_failure`; writers already raise it as one line).
+
 Anything else (an ``AttributeError`` in a training step, a ``ValueError`` from our own code in the
 middle of a run) is a bug and is re-raised with its traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import inspect
 import os
 import re
+import sys
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -138,6 +146,67 @@ def _raised_in(frames: list, prefixes: tuple[str, ...]) -> bool:
     return bool(frames) and any(part in frames[-1].f_code.co_filename for part in prefixes)
 
 
+# The settings that size the work, per command module (a frame of ``biomoe/cli/<module>.py``).
+_MEMORY_OPTIONS = {
+    "score_fasta": "--batch-tokens or --batch-size (or --window)",
+    "embed": "--batch-tokens or --batch-size (or --window)",
+    "score_variants": "--batch-tokens",
+    "routing": "--batch-size (or --seq-length)",
+    "generate": "--batch-size (or --length, --num-samples)",
+    "repeat_mix": "--batch-tokens or --batch-size",
+}
+_TRAINING_MEMORY_OPTIONS = "data.seq_length or data.batch_size (or model.config sizes)"
+_RESOURCE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES)
+_CLI_DIR = os.sep + os.path.join("biomoe", "cli") + os.sep
+
+
+def _out_of_memory(item: BaseException) -> str | None:
+    """``"host"`` or ``"GPU"`` when ``item`` says memory ran out, else None."""
+    if isinstance(item, MemoryError):
+        return "host"
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    if oom_type is not None and isinstance(item, oom_type):
+        return "GPU"
+    if isinstance(item, RuntimeError) and "CUDA out of memory" in str(item):
+        return "GPU"  # raised as a plain RuntimeError by some kernels and older torch builds
+    return None
+
+
+def _memory_option(frames: list) -> str:
+    """The option to lower: that of the biomoe command whose code ran out, else training's."""
+    for frame in frames:
+        filename = frame.f_code.co_filename
+        if _CLI_DIR in filename:
+            module = os.path.splitext(os.path.basename(filename))[0]
+            if module in _MEMORY_OPTIONS:
+                return _MEMORY_OPTIONS[module]
+    return _TRAINING_MEMORY_OPTIONS
+
+
+def _resource_error(chain: list[BaseException]) -> UserError | None:
+    for item in chain:
+        kind = _out_of_memory(item)
+        if kind is not None:
+            asked = re.search(r"Tried to allocate ([\d.]+ \w+)", str(item))
+            shown = f" (allocating {asked.group(1)})" if asked else ""
+            option = _memory_option(_frames(_outer_traceback(chain)))
+            return UserError(f"out of {kind} memory{shown}: lower {option}", exit_code=1)
+        if isinstance(item, OSError) and item.errno in _RESOURCE_ERRNOS and item.filename:
+            if item.errno == errno.EACCES:  # reading or writing: the file is named either way
+                return UserError(one_line(f"{item.filename}: permission denied"))
+            from biomoe.files import write_failure
+
+            failure = write_failure(item.filename, item)
+            return UserError(one_line(failure)) if failure is not None else None
+    return None
+
+
+def _outer_traceback(chain: list[BaseException]):
+    """The outermost traceback, which reaches from the command's frames down to where it failed."""
+    return chain[0].__traceback__ if chain else None
+
+
 def classify(err: BaseException) -> UserError | None:
     """The one line for a user-input error, or None for a bug (keep the traceback)."""
     # imported here: cli.main imports this module at start-up; both pull in Lightning (--help stays fast)
@@ -157,6 +226,9 @@ def classify(err: BaseException) -> UserError | None:
         worker = _from_worker(item)
         if worker is not None:
             return worker
+    resource = _resource_error(chain)
+    if resource is not None:
+        return resource
     for item in chain:
         frames = _frames(item.__traceback__)
         message = one_line(item)

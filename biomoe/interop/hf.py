@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 
 import lightning
@@ -35,7 +36,7 @@ from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.inference.load import load_model
 from biomoe.model.transformer import MoETransformer
 from biomoe.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from biomoe.interop.hf_tokenizer import generation_config_text, tokenizer_files
+from biomoe.interop.hf_tokenizer import generation_config_text, tokenizer_files, vocabulary_difference
 from biomoe.interop.model_card import model_card, training_record
 
 __all__ = ["export_hf", "import_hf", "to_hf_state_dict", "from_hf_state_dict", "hf_config"]
@@ -214,6 +215,15 @@ def export_hf(ckpt_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     return out
 
 
+def _warn_if_foreign(folder: Path, config: dict) -> None:
+    """A folder that is not a biomoe export imports, but with a warning naming what differs: its
+    weights are only meaningful read through the vocabulary they were trained with."""
+    difference = vocabulary_difference(folder, config)
+    if difference is not None:
+        warnings.warn(f"{folder}: not biomoe's vocabulary ({difference}); imported anyway, but biomoe reads "
+                      "sequence with its own token ids", UserWarning, stacklevel=2)
+
+
 def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) -> Path:
     """A Lightning checkpoint (weights + hyper-parameters) from a MixtralForCausalLM folder.
 
@@ -239,6 +249,7 @@ def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) 
             raise
         raise GenomeInputError(folder / "config.json", f"not a usable transformers config "
                                                        f"({type(exc).__name__}: {exc})") from None
+    _warn_if_foreign(folder, config)
     hf: dict[str, Tensor] = {}
     for shard in shards:
         try:

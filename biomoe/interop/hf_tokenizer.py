@@ -23,7 +23,7 @@ from biomoe.data.tokenizer import BOS_ID, EOS_ID, IUPAC_AMBIGUITY, NUCLEOTIDES, 
 from biomoe.files import write_bytes, write_text
 from biomoe.inference.generate import emitted_token_ids
 
-__all__ = ["build_hf_tokenizer", "generation_config_text", "hf_generation_config", "tokenizer_files",
+__all__ = ["build_hf_tokenizer", "generation_config_text", "hf_generation_config", "tokenizer_files", "vocabulary_difference",
            "write_generation_config", "write_tokenizer"]
 
 _PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # the name transformers 4.x and 5.x both load
@@ -79,6 +79,41 @@ def write_tokenizer(out: Path, fold_lowercase: bool = True, model_max_length: in
     for name, data in files.items():
         write_bytes(out / name, data)
     return list(files)
+
+
+def vocabulary_difference(folder: Path, config: dict | None = None) -> str | None:
+    """How a transformers folder's tokenizer differs from biomoe's (None when its ids are biomoe's).
+
+    Weights trained on another vocabulary load without complaint but read DNA through the wrong
+    ids, so an import says what differs: no tokenizer file, tokens at other ids, tokens biomoe does
+    not have, or special-token ids in ``config.json`` other than biomoe's."""
+    expected = {token: i for i, token in enumerate(NucleotideTokenizer().tokens)}
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return "it has no tokenizer.json, so its token ids cannot be checked against biomoe's"
+    try:
+        vocab = json.loads(path.read_text(encoding="utf-8"))["model"]["vocab"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its tokenizer.json has no readable vocabulary (model.vocab)"
+    if not isinstance(vocab, dict):
+        return "its tokenizer.json vocabulary is not a token -> id table (not a WordLevel tokenizer)"
+    moved = [f"{t!r} is {vocab[t]} (biomoe: {i})" for t, i in expected.items() if t in vocab and vocab[t] != i]
+    missing = [t for t in expected if t not in vocab]
+    extra = [t for t in vocab if t not in expected]
+    parts = []
+    if moved:
+        parts.append("token ids differ: " + ", ".join(moved[:4]) + (" ..." if len(moved) > 4 else ""))
+    if missing:
+        parts.append(f"{len(missing)} of biomoe's tokens missing ({', '.join(map(repr, missing[:4]))}"
+                     + (" ..." if len(missing) > 4 else "") + ")")
+    if extra:
+        parts.append(f"{len(extra)} tokens biomoe does not have ({', '.join(map(repr, extra[:4]))}"
+                     + (" ..." if len(extra) > 4 else "") + ")")
+    for key, ours in (("bos_token_id", BOS_ID), ("eos_token_id", EOS_ID), ("pad_token_id", PAD_ID)):
+        theirs = (config or {}).get(key)
+        if isinstance(theirs, int) and theirs != ours:
+            parts.append(f"config.json {key} {theirs} (biomoe: {ours})")
+    return "; ".join(parts) if parts else None
 
 
 def hf_generation_config(vocab_size: int, max_new_tokens: int = 1024):
