@@ -381,6 +381,7 @@ class OutputSet:
         for dest in self.dests:
             sweep_stale_temps(dest)
             self.temps.append(self._make(dest, ".tmp" + "".join(dest.suffixes[-1:]), create))
+        self.created = [_stamp(tmp) for tmp in self.temps]  # to tell which a failing writer had begun
 
     def _make(self, dest: Path, suffix: str, create: bool) -> Path:
         fd, tmp = _new_temp(dest, suffix=suffix)
@@ -478,17 +479,24 @@ class OutputSet:
 
     def failed_output(self, exc: BaseException) -> Path:
         """The output a failed write was for: the one whose temporary the error names, else the
-        one written last (a writer that does not say which file it was writing)."""
+        one written last (a writer that does not say which file it was writing), else the first."""
         named = os.fspath(getattr(exc, "filename", None) or "")
         for given, tmp, dest in zip(self.given, self.temps, self.dests):
             if named and named in (os.fspath(tmp), os.fspath(dest)):
                 return given
-        def written_at(item: tuple[Path, Path]) -> int:
-            try:
-                return item[1].stat().st_mtime_ns
-            except OSError:
-                return -1
-        return max(zip(self.given, self.temps), key=written_at)[0]
+        touched = [(stamp, given) for given, tmp, created in zip(self.given, self.temps, self.created)
+                   if (stamp := _stamp(tmp)) is not None and stamp != created]
+        if touched:
+            return max(touched, key=lambda item: item[0][0])[1]
+        return self.given[0]  # failed before its first byte: writers go in the order of the outputs
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size
 
 
 def _fsync_file(path: Path) -> None:
