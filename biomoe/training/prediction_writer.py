@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from biomoe.files import atomic_write
+from biomoe.files import commit_together
 
 
 class WindowScoreWriter(BasePredictionWriter):
@@ -87,13 +87,15 @@ class WindowScoreWriter(BasePredictionWriter):
         # Under DDP each rank scores its own shard of windows: one file pair per rank.
         suffix = f".rank{trainer.global_rank}" if trainer.world_size > 1 else ""
         tsv, npz = folder / f"window_scores{suffix}.tsv", folder / f"per_base_loglik{suffix}.npz"
-        # atomic, and never over an input of the run (the genome, the checkpoint, the config)
-        with atomic_write(tsv, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["window"], delimiter="\t")
-            writer.writeheader()
-            writer.writerows(rows)
-        with atomic_write(npz, "wb") as handle:
-            np.savez_compressed(handle, **index)
+        # committed together (a failure leaves both earlier files), never over an input of the run
+        # (the genome, the checkpoint, the config)
+        with commit_together([tsv, npz]) as outputs:
+            with open(outputs.temp(tsv), "w", newline="", encoding="utf-8") as handle:
+                writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["window"], delimiter="\t")
+                writer.writeheader()
+                writer.writerows(rows)
+            with open(outputs.temp(npz), "wb") as handle:
+                np.savez_compressed(handle, **index)
         print(f"predictions: {tsv} ({len(rows)} windows), {npz}")
 
 
