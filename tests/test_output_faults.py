@@ -296,3 +296,28 @@ def test_embed_killed_mid_write_leaves_the_earlier_output_and_the_rerun_sweeps(t
     assert rerun.returncode == 0, rerun.stderr
     assert sorted(p.name for p in out.parent.iterdir()) == ["e.npz"]
     assert np.load(out)["embeddings"].shape == np.load(__import__("io").BytesIO(before))["embeddings"].shape
+
+
+def test_routing_json_and_heatmap_commit_together(tmp_path: Path, tiny, monkeypatch, capsys) -> None:
+    """A heatmap that fails to draw leaves the earlier JSON too, not a new JSON beside an old figure."""
+    pytest.importorskip("matplotlib")
+    from biomoe.cli import routing
+    from biomoe.cli.main import main as cli_main
+
+    out = tmp_path / "r" / "routing.json"
+    args = ["routing", "--ckpt_path", str(tiny["ckpt"]), "--fasta", str(tiny["fasta"]), "--windows", "2",
+            "--seq_length", "64", "--batch_size", "2", "--out", str(out), "--no_progress"]
+    assert cli_main(args) == 0
+    before = _snapshot(out.parent)
+    assert set(before) == {"routing.json", "routing.png"}
+
+    def full_disk(report, path, dpi=150, atomic=True):
+        Path(path).write_bytes(b"\x89PNG partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(routing, "plot_routing", full_disk)
+    capsys.readouterr()
+    assert cli_main([*args[:-1], "--windows", "3", "--no_progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"biomoe: error: {out.with_suffix('.png')}: cannot write output (No space left on device)"
+    assert _snapshot(out.parent) == before
