@@ -32,7 +32,7 @@ COMMANDS: dict[str, Command] = {
     "repeat-mix": Command("bits/base of a model mixed with the repeat expert", "biomoe.cli.repeat_mix:main"),
     "score-fasta": Command("log-likelihood of each sequence (and base) in FASTA", "biomoe.cli.score_fasta:main"),
     "score-variants": Command("variant effects (log-likelihood ratio), TSV or VCF", "biomoe.cli.score_variants:main"),
-    "mutations": Command("zero-shot AUROC on coding SNVs of called genes, vs Markov", "biomoe.cli.mutations:main"),
+    "mutations": Command("zero-shot AUROC on coding SNVs, model vs Markov", "biomoe.cli.mutations:main"),
     "export-hf": Command("export a checkpoint as a transformers model folder", "biomoe.cli.hf:export_main"),
     "import-hf": Command("import a transformers Mixtral folder as a checkpoint", "biomoe.cli.hf:import_main"),
     "generate": Command("sample DNA from a checkpoint (prompt, top-k, top-p)", "biomoe.cli.generate:main"),
