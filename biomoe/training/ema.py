@@ -44,6 +44,35 @@ def ema_update(decay: float):
     return update
 
 
+def _mixed_precision_update(average: Any, decay: float):
+    """``AveragedModel.update_parameters`` for fp32 averages of low-precision weights: the first
+    call copies, later ones move the average by ``1 - decay``; buffers follow the model unless
+    averaged (as torch's)."""
+
+    started = [False]  # read from the device once (a resumed average has n_averaged > 0), then kept
+
+    @torch.no_grad()
+    def update(model: torch.nn.Module) -> None:
+        if average.use_buffers:
+            averages = list(itertools.chain(average.module.parameters(), average.module.buffers()))
+            values = list(itertools.chain(model.parameters(), model.buffers()))
+        else:
+            averages, values = list(average.parameters()), list(model.parameters())
+            for mine, theirs in zip(average.module.buffers(), model.buffers()):
+                mine.detach().copy_(theirs.detach().to(mine.device))
+        averages = [a.detach() for a in averages]
+        values = [v.detach().to(a.device) for a, v in zip(averages, values)]
+        started[0] = started[0] or int(average.n_averaged) > 0
+        if not started[0]:
+            foreach_copy_(averages, values)
+            started[0] = True
+        else:
+            foreach_ema_(averages, values, 1.0 - decay)
+        average.n_averaged += 1
+
+    return update
+
+
 class EMAWeightAveraging(_LightningEMA):
     """Lightning's ``EMAWeightAveraging`` (same arguments), on the trainer's device, in fp32."""
 
@@ -54,6 +83,7 @@ class EMAWeightAveraging(_LightningEMA):
                          update_every_n_steps=update_every_n_steps, update_starting_at_step=update_starting_at_step,
                          update_starting_at_epoch=update_starting_at_epoch, **kwargs)
         lightning_compat.set_weight_averaging_update(self, ema_update(decay))
+        self._decay_value = decay
         self._training_weights: list[Tensor] | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -62,9 +92,13 @@ class EMAWeightAveraging(_LightningEMA):
         super().setup(trainer, pl_module, stage)
         average = lightning_compat.weight_averaging_model(self)
         if stage == "fit" and average is not None:
+            promoted = False
             for tensor in itertools.chain(average.module.parameters(), average.module.buffers()):
                 if tensor.dtype in LOW_PRECISION:
                     tensor.data = tensor.data.float()
+                    promoted = True
+            if promoted:  # torch's update groups both lists by dtype and refuses mixed pairs on CUDA
+                average.update_parameters = _mixed_precision_update(average, self._decay_value)
 
     def _pairs(self, pl_module: L.LightningModule) -> tuple[list[Tensor], list[Tensor]]:
         average = lightning_compat.weight_averaging_model(self)
