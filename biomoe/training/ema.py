@@ -92,13 +92,12 @@ class EMAWeightAveraging(_LightningEMA):
         super().setup(trainer, pl_module, stage)
         average = lightning_compat.weight_averaging_model(self)
         if stage == "fit" and average is not None:
-            promoted = False
             for tensor in itertools.chain(average.module.parameters(), average.module.buffers()):
                 if tensor.dtype in LOW_PRECISION:
                     tensor.data = tensor.data.float()
-                    promoted = True
-            if promoted:  # torch's update groups both lists by dtype and refuses mixed pairs on CUDA
-                average.update_parameters = _mixed_precision_update(average, self._decay_value)
+            # Always biomoe's update: the precision plugin may cast the module to bf16 only after this
+            # hook, and torch's update refuses an fp32 average of bf16 weights on CUDA.
+            average.update_parameters = _mixed_precision_update(average, self._decay_value)
 
     def _pairs(self, pl_module: L.LightningModule) -> tuple[list[Tensor], list[Tensor]]:
         average = lightning_compat.weight_averaging_model(self)
