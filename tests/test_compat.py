@@ -151,3 +151,25 @@ def test_private_frames_user_errors_looks_for_still_exist():
     owners = (LightningCLI, _CheckpointConnector)
     for name in lightning_compat.BUILD_PHASE_FRAMES + lightning_compat.CHECKPOINT_SELECTION_FRAMES:
         assert any(callable(getattr(cls, name, None)) for cls in owners), f"Lightning renamed {name}"
+
+
+def test_elementwise_foreach_helpers_work_on_dtensor_shards(tmp_path):
+    """Masters, moving averages and clipping of FSDP2 parameters are DTensors; torch's
+    multi-tensor ops have no DTensor rule on every version, so the helpers act on the shards."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        param = distribute_tensor(torch.zeros(4, 2, dtype=torch.bfloat16), mesh, [Shard(0)])
+        master = distribute_tensor(torch.full((4, 2), 1.5), mesh, [Shard(0)])
+        torch_compat.foreach_copy_([param], [master])
+        assert torch.equal(param.full_tensor(), torch.full((4, 2), 1.5, dtype=torch.bfloat16))
+        torch_compat.foreach_mul_([master], torch.tensor(2.0))
+        assert torch.equal(master.full_tensor(), torch.full((4, 2), 3.0))
+        torch_compat.foreach_ema_([master], [param], 0.5)  # fp32 average of bf16 weights
+        assert torch.equal(master.full_tensor(), torch.full((4, 2), 2.25))
+    finally:
+        dist.destroy_process_group()

@@ -46,23 +46,37 @@ def foreach_norm(tensors: list[Tensor], ord: float = 2.0) -> list[Tensor]:
         return [v.float() for v in torch._foreach_norm(tensors, ord)]
 
 
+def _shards(tensors: list[Tensor]) -> list[Tensor]:
+    """Each DTensor's local shard (plain tensors as they are): the elementwise multi-tensor ops
+    have no DTensor sharding rule on every torch, and elementwise work on matching shards is
+    the same work. Only for elementwise ops: a norm of a shard is not the tensor's norm."""
+    from torch.distributed.tensor import DTensor
+
+    return [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
+
+
 def foreach_mul_(tensors: list[Tensor], factor: Tensor) -> None:
-    torch._foreach_mul_(tensors, factor)
+    with torch.no_grad():
+        torch._foreach_mul_(_shards(tensors), factor)
 
 
 def foreach_copy_(targets: list[Tensor], sources: list[Tensor]) -> None:
-    """``targets[i].copy_(sources[i])`` (casting) as multi-tensor kernels, not one per tensor."""
-    torch._foreach_copy_(targets, sources)
+    """``targets[i].copy_(sources[i])`` (casting) as multi-tensor kernels, not one per tensor.
+    DTensor pairs must share their placement (a master made from its parameter does)."""
+    with torch.no_grad():  # DTensor.to_local is a view of the shard only without autograd
+        torch._foreach_copy_(_shards(targets), _shards(sources))
 
 
 def foreach_ema_(averages: list[Tensor], values: list[Tensor], weight: float) -> None:
     """``a += weight * (v - a)`` for every pair, as multi-tensor kernels; ``values`` may be of a
     lower precision than ``averages`` (bf16 weights, fp32 averages)."""
-    if all(a.dtype == v.dtype for a, v in zip(averages, values)):
-        torch._foreach_lerp_(averages, values, weight)
-    else:
-        torch._foreach_mul_(averages, 1.0 - weight)
-        torch._foreach_add_(averages, values, alpha=weight)
+    with torch.no_grad():
+        averages, values = _shards(averages), _shards(values)
+        if all(a.dtype == v.dtype for a, v in zip(averages, values)):
+            torch._foreach_lerp_(averages, values, weight)
+        else:
+            torch._foreach_mul_(averages, 1.0 - weight)
+            torch._foreach_add_(averages, values, alpha=weight)
 
 
 def checkpoint_wrapped(module: Any) -> Any:
