@@ -7,6 +7,9 @@ expert bias and the global RNG, across a validation and an epoch boundary.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -72,6 +75,62 @@ def test_resume_mid_epoch_is_bit_exact(tmp_path: Path) -> None:
         assert row["rng"] == expected["rng"], f"step {row['step']}: global RNG differs"
 
 
+SIGTERM_YAML = """
+trainer:
+  max_steps: 20
+  limit_val_batches: 2
+  val_check_interval: 7
+  log_every_n_steps: 1
+  enable_model_summary: false
+  logger: false
+  callbacks:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args: {{save_last: true, save_top_k: 0}}
+    - class_path: helpers.recorder.StepRecorder
+      init_args: {{path: {record}}}
+model:
+  config: {{router_bias_update_rate: 0.01}}
+  optim: {{max_steps: 20}}
+data:
+  fasta: {fasta}
+  max_train_windows: 64
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_that_resumes_bit_exactly(tmp_path: Path) -> None:
+    """What a scheduler does: SIGTERM mid-fit, then the same command again. The first run stops at
+    the next step boundary with exit 143, one line and a last.ckpt; ``--ckpt_path last`` (given from
+    the first start: with no checkpoint yet it trains from step 0) continues as if never stopped."""
+    full = _fit(tmp_path, "full")
+    record = tmp_path / "stopped.jsonl"
+    cfg = tmp_path / "stopped.yaml"
+    cfg.write_text(SIGTERM_YAML.format(record=record, fasta=ROOT / "data/lambda_virus.fa.gz"))
+    command = [sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(ROOT / "configs/tiny.yaml"),
+               "--config", str(cfg), "--trainer.default_root_dir", str(tmp_path / "stopped"),
+               "--ckpt_path", "last"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    stopped = subprocess.run([*command, "--trainer.callbacks+", "helpers.signals.SignalAtStep",
+                              "--trainer.callbacks.step", str(STOP)],
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert stopped.returncode == 143, stopped.stderr[-2000:]
+    assert "Traceback" not in stopped.stderr
+    assert "no last*.ckpt under" in stopped.stderr and "training from the start" in stopped.stderr
+    lines = [line for line in stopped.stderr.splitlines() if "stopped by SIGTERM" in line]
+    assert len(lines) == 1 and f"after step {STOP};" in lines[0], stopped.stderr[-2000:]
+    saved = Path(lines[0].split("resumable checkpoint ", 1)[1].split(";", 1)[0])
+    assert saved.name == "last.ckpt" and torch.load(saved, weights_only=True)["global_step"] == STOP
+
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"using {saved}" in resumed.stderr
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 21))  # 1..STOP before the signal, the rest after
+    for row, expected in zip(rows, full):
+        for key in ("batch", "loss", "bias", "rng"):
+            assert row[key] == expected[key], f"step {row['step']}: {key} differs from the uninterrupted run"
+
+
 def _train_loader(tmp_path: Path) -> DataLoader:
     dm = GenomeDataModule(fasta=str(ROOT / "data/lambda_virus.fa.gz"), seq_length=128, batch_size=4,
                           cache_dir=str(tmp_path), rc_prob=0.5, seed=7)
@@ -118,3 +177,19 @@ def test_lightning_distributed_sampler_injection_keeps_resumable_batches(tmp_pat
         assert _labels(resumed) == whole[2:]  # per-rank skip
         ranks.append(whole)
     assert ranks[0] != ranks[1]
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_fit_is_exit_130_in_one_line(tmp_path: Path) -> None:
+    """Ctrl-C is the user's stop, not a scheduler's: exit 130, one line, no traceback."""
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(SIGTERM_YAML.format(record=tmp_path / "r.jsonl", fasta=ROOT / "data/lambda_virus.fa.gz"))
+    result = subprocess.run([sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(ROOT / "configs/tiny.yaml"),
+                             "--config", str(cfg), "--trainer.default_root_dir", str(tmp_path / "run"),
+                             "--trainer.callbacks+", "helpers.signals.SignalAtStep", "--trainer.callbacks.step", "3",
+                             "--trainer.callbacks.signum", "SIGINT"],
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "tests")}, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 130, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "stopped by SIGTERM" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("biomoe: error: interrupted (Ctrl-C)")

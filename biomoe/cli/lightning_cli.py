@@ -26,7 +26,7 @@ from biomoe.checkpoint.hparams import model_config_from
 from biomoe.checkpoint.read import read_checkpoint, refusal
 from biomoe.checkpoint.safe_types import trusted
 from biomoe.checkpoint.records import training_data_settings
-from biomoe.checkpoint.run_folder import resolve_checkpoint
+from biomoe.checkpoint.run_folder import checkpoints_under, resolve_checkpoint
 from biomoe.checkpoint.save import AtomicCheckpointIO
 from biomoe.checkpoint.verify import (check_checkpoint_file, check_shapes, check_structure, resolve_checkpoint_alias,
                                       verify_checkpoint)
@@ -43,6 +43,7 @@ from biomoe.training.history import install_metrics_history
 from biomoe.training.markov_baseline import MarkovBaseline
 from biomoe.training.module import BioMoEModule
 from biomoe.training.prediction_writer import WindowScoreWriter
+from biomoe.training.preemption import SaveOnSigterm
 from biomoe.training.progress_lines import ProgressLines
 from biomoe.training.summary import fit_summary
 from biomoe.training.validation import validate_config
@@ -132,6 +133,8 @@ class BioMoECLI(LightningCLI):
         install_markov_baseline(trainer)
         if not any(isinstance(cb, ProgressLines) for cb in trainer.callbacks):
             trainer.callbacks.append(ProgressLines())  # prints only where no progress bar runs
+        if not any(isinstance(cb, SaveOnSigterm) for cb in trainer.callbacks):
+            trainer.callbacks.append(SaveOnSigterm())  # a scheduler's SIGTERM leaves a resumable last.ckpt
         run_setup.install_per_genome_metrics(trainer)
         install_metrics_history(trainer)
         run_setup.install_progress_bar(trainer, configured)
@@ -250,6 +253,11 @@ class BioMoECLI(LightningCLI):
         if text in ("best", "last") and subcommand != "fit":
             text = self._resolve_ckpt_alias(text)
             self.config[subcommand]["ckpt_path"] = text
+        elif text == "last":  # fit: the run's newest last*.ckpt, in whichever version folder it is
+            text = self._resume_from_last()
+            self.config[subcommand]["ckpt_path"] = text
+            if text is None:
+                return None
         if text in ("best", "last", "hpc") or text.startswith("registry") or "://" in text:
             return super()._parse_ckpt_path()  # Lightning's special values and remote URLs
         check_checkpoint_file(text)
@@ -278,13 +286,40 @@ class BioMoECLI(LightningCLI):
     def _resolve_ckpt_alias(self, alias: str) -> str:
         """``best``/``last`` for validate/test/predict: the run folders' checkpoints (see
         :func:`~biomoe.checkpoint.verify.resolve_checkpoint_alias`)."""
+        return resolve_checkpoint_alias(alias, self._run_folders())
+
+    def _run_folders(self) -> list[str]:
+        """Where this command's run keeps its checkpoints, most specific first: the callbacks'
+        ``dirpath`` if any is set, else the logger's ``save_dir`` (its version folders hold them),
+        else ``trainer.default_root_dir`` (else the working folder). Only the first kind found
+        counts: a recipe's default folder must not lend its checkpoints to a run logged elsewhere."""
         section = self.config[self.config["subcommand"]].as_dict()
         trainer = section.get("trainer") or {}
-        folders = [trainer.get("default_root_dir") or os.getcwd()]
-        for entry in [trainer.get("logger")] + list(trainer.get("callbacks") or []):
-            init_args = entry.get("init_args") or {} if isinstance(entry, dict) else {}
-            folders += [init_args.get("dirpath"), init_args.get("save_dir")]
-        return resolve_checkpoint_alias(alias, [f for f in folders if f])
+
+        def init_args(entry) -> dict:
+            return (entry.get("init_args") or {}) if isinstance(entry, dict) else {}
+
+        callbacks = trainer.get("callbacks") or []
+        callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+        loggers = trainer.get("logger")
+        loggers = loggers if isinstance(loggers, list) else [loggers]
+        for folders in ([init_args(cb).get("dirpath") for cb in callbacks],
+                        [init_args(lg).get("save_dir") for lg in loggers]):
+            if any(folders):
+                return [os.fspath(f) for f in dict.fromkeys(f for f in folders if f)]
+        return [os.fspath(trainer.get("default_root_dir") or os.getcwd())]
+
+    def _resume_from_last(self) -> str | None:
+        """``fit --ckpt_path last``. Lightning looks only in the new run's own checkpoint folder,
+        which a new version folder leaves empty, and then trains from the start. Here it is the
+        newest ``last*.ckpt`` of the whole run folder, so one command serves a job's first start
+        and every restart after a SIGTERM; with none yet, training starts from step 0 and says so."""
+        folders = self._run_folders()
+        if not any(p.name.startswith("last") for p in checkpoints_under([Path(f) for f in folders])):
+            print(f"biomoe: warning: ckpt_path 'last': no last*.ckpt under {', '.join(dict.fromkeys(folders))} "
+                  "yet; training from the start", file=sys.stderr)
+            return None
+        return resolve_checkpoint_alias("last", folders)
 
     def _verify_ckpt(self, path: str) -> None:
         """The checkpoint's tensors against the model about to be built (its config, now merged

@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Lightning announces its own Ctrl-C handling; main() says it in one line instead.
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_quiet_interrupt_notice)
+    # ... and SIGTERM's: SaveOnSigterm says what was saved and how to resume.
+    logging.getLogger("lightning.pytorch.trainer.connectors.signal_connector").addFilter(_quiet_interrupt_notice)
     # We pass argv explicitly (``--debug`` removed); Lightning warns about that on every run.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     # Lightning's own use of a torch API deprecated in torch 2.13, once per fit: nothing a user can change.
@@ -82,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # Lightning ends fit with sys.exit(1) after handling Ctrl-C itself
         if isinstance(exc.__context__, KeyboardInterrupt) and not debug:
             return _interrupted()
+        if type(exc).__name__ == "SIGTERMException":  # Lightning's, after SaveOnSigterm saved last.ckpt
+            return 143  # 128 + SIGTERM: what a scheduler and a shell expect of a job it stopped
         raise
     except Exception as err:
         found = None if debug else classify(err)
@@ -144,7 +148,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None, *, 
 
 
 def _quiet_interrupt_notice(record: logging.LogRecord) -> bool:
-    return "Detected KeyboardInterrupt" not in record.getMessage()
+    message = record.getMessage()
+    return "Detected KeyboardInterrupt" not in message and "Received SIGTERM" not in message
 
 
 def _interrupted() -> int:

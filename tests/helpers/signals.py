@@ -1,0 +1,20 @@
+"""A callback that sends its own process a signal after a given optimizer step, as a cluster
+scheduler's SIGTERM landing mid-run would (deterministically, so a test can compare steps)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import lightning as L
+
+
+class SignalAtStep(L.Callback):
+    def __init__(self, step: int, signum: str = "SIGTERM") -> None:
+        self.step, self.signum = step, getattr(signal, signum)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
