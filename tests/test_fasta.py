@@ -114,8 +114,7 @@ def _expect_error(path, match: str, cache_dir) -> GenomeInputError:
         (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00" * 10, "binary"),
         (b"@read1\nACGT\n+\nIIII\n", "FASTQ"),
         (b"hello world\nthis is text\n", "does not start with '>'"),
-        (b">chr1\nACGT\n>empty\n>chr3\nAC\n", "contig 'empty' has no sequence"),
-        (b">chr1\nACGT\n>chr3\n", "contig 'chr3' has no sequence"),
+        (b">empty\n>chr3\n", "no record has sequence \\('empty', 'chr3' are headers only\\)"),
         (b">chr1\nACGT\n>chr1\nAC\n", "duplicate contig name 'chr1'"),
         (b">\nACGT\n", "has no name"),
         (b">chr1\nACGT\n>chr2\nACGTACGTAC\nACJT\n", "contig 'chr2' has character 'J' outside IUPAC at position 13"),
@@ -130,6 +129,22 @@ def _expect_error(path, match: str, cache_dir) -> GenomeInputError:
 )
 def test_bad_inputs(write_fasta, cache_dir, content, match) -> None:
     _expect_error(write_fasta(content, name="bad.fa"), match, cache_dir)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_records_without_sequence_are_skipped_with_a_warning(write_fasta, cache_dir, compress) -> None:
+    """A header with no sequence (mid-file or last) is not a contig; the rest of the file is used,
+    and the warning names the skipped records on every open, from a cached scan too."""
+    path = write_fasta(b">a\nACGTACGTAA\nAC\n>empty\n>b\nGGGGCCCC\n>tail\n", name="holes.fa")
+    if compress:
+        gz = path.with_suffix(".fa.gz")
+        gz.write_bytes(gzip.compress(path.read_bytes()))
+        path = gz
+    for _ in range(2):
+        with pytest.warns(UserWarning, match=r"skipped 2 record\(s\) with no sequence \('empty', 'tail'\)"):
+            genome = Genome(path, cache_dir=cache_dir)
+        assert {c.name: c.length for c in genome.contigs} == {"a": 12, "b": 8}
+        assert genome.fetch("a", 8, 12) == "AAAC" and genome.fetch("b", 0, 4) == "GGGG"
 
 
 def test_bad_char_position_uses_thousands_separator(write_fasta, cache_dir) -> None:
@@ -201,7 +216,8 @@ def test_stale_fai_is_rebuilt(write_fasta, cache_dir) -> None:
     path = write_fasta(RECORDS)
     fai = Path(str(path) + ".fai")
     fai.write_text("chr1\t5\t6\t60\t61\nchr2\t7\t100\t60\t61\n")  # wrong lengths, newer than file
-    g = Genome(path, cache_dir=cache_dir)
+    with pytest.warns(UserWarning, match="did not match the file; rebuilt"):
+        g = Genome(path, cache_dir=cache_dir)
     assert _read_all(g) == RECORDS
     assert fai.read_text().startswith("chr1\t1000\t")
 
@@ -324,3 +340,14 @@ def test_bundled_genomes() -> None:
     yeast = Genome(root / "yeast_chrI.fna.gz", cache_dir=cache)
     assert yeast.names == ["NC_001133.9"] and len(yeast) == 230_218
     assert yeast.fetch(0, 0, 6) == "ccacac"  # soft-masked telomere kept lowercase
+
+
+def test_the_same_file_named_twice_is_used_once_with_a_warning(write_fasta, tmp_path) -> None:
+    """Listed twice, through a symlink, or again inside a listed folder: one file, trained on once."""
+    path = write_fasta({"chr1": "ACGT" * 10}, name="g.fa")
+    link = tmp_path / "link.fa"
+    link.symlink_to(path)
+    with pytest.warns(UserWarning, match="listed again") as seen:
+        found = resolve_fasta_paths([path, str(path), link, path.parent])
+    assert found == [path] + [p for p in resolve_fasta_paths(path.parent) if p.resolve() != path.resolve()]
+    assert any(f"as {path}" in str(w.message) for w in seen)

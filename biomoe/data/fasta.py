@@ -107,6 +107,8 @@ class FileScan:
     # Per record, where a ``.fai`` must point for this file as it is: (offset of the first base,
     # bases per line, bytes per line). Used to tell a stale index whose lengths still agree.
     layout: list[tuple[int, int, int]] = field(default_factory=list)
+    # Records with a header and no sequence (an assembler's or a download's leftovers): not contigs.
+    empty: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------
@@ -135,7 +137,24 @@ def resolve_fasta_paths(paths: str | os.PathLike[str] | Sequence[str | os.PathLi
             files.extend(found)
         else:
             files.append(path)
-    return files
+    return _each_file_once(files)
+
+
+def _each_file_once(files: list[Path]) -> list[Path]:
+    """The same file named twice (listed twice, through a symlink, or also found in a listed folder)
+    would be trained on twice and its contigs namespaced against themselves: it is used once, at
+    its first place, with a warning naming both spellings."""
+    first: dict[Path, Path] = {}
+    kept: list[Path] = []
+    for path in files:
+        real = path.resolve()
+        if real in first:
+            shown = "" if first[real] == path else f" as {first[real]}"
+            warnings.warn(f"{path}: listed again (already given{shown}); the file is used once", stacklevel=3)
+            continue
+        first[real] = path
+        kept.append(path)
+    return kept
 
 
 def _usable_folder_entries(folder: Path) -> list[Path]:
@@ -273,6 +292,7 @@ class _Scanner:
         self.offset = 0  # byte offset of the current record's first base
         self.line_bytes = 0  # bytes per line of the current record's first line (with newline)
         self.layout: list[tuple[int, int, int]] = []
+        self.empty: list[str] = []
 
     def fail(self, problem: str) -> GenomeInputError:
         return GenomeInputError(self.path, problem)
@@ -384,7 +404,8 @@ class _Scanner:
         if not self.seen_header:
             return
         if self.length == 0:
-            raise self.fail(f"contig '{self.name}' has no sequence (length 0)")
+            self.empty.append(self.name)  # skipped, with a warning naming it (see _prepare_file)
+            return
         self.records.append((self.name, self.length))
         self.layout.append((self.offset, self.width, self.line_bytes))
 
@@ -395,9 +416,12 @@ class _Scanner:
             self._end_line(terminated=False)
         self._finish_record()
         if not self.records:
+            if self.empty:
+                raise self.fail(f"no record has sequence ({_listed(self.empty)} {'is' if len(self.empty) == 1 else 'are'} "
+                                "headers only)")
             raise self.fail("file is empty (no FASTA records)")
         seen: set[str] = set()
-        for name, _ in self.records:
+        for name in [name for name, _ in self.records] + self.empty:
             if name in seen:
                 raise self.fail(f"duplicate contig name '{name}'")
             seen.add(name)
@@ -408,9 +432,10 @@ def scan_fasta(path: Path) -> FileScan:
     """Validate one FASTA file in a single streaming pass and list its records.
 
     Raises GenomeInputError for: empty files, binary/FASTQ/non-FASTA text, headers
-    without a name, zero-length records, duplicate names within the file, characters
+    without a name, files whose records all lack sequence, duplicate names within the file, characters
     outside the IUPAC nucleotide codes (with contig and 1-based position) and corrupted
-    gzip streams. CRLF line endings, blank lines and lowercase are accepted.
+    gzip streams. CRLF line endings, blank lines and lowercase are accepted; a record with no
+    sequence is left out of ``records`` and listed in ``empty``.
     """
     path = Path(path)
     try:
@@ -433,7 +458,13 @@ def scan_fasta(path: Path) -> FileScan:
         raise GenomeInputError(path, "file is empty (no data after decompression)")
     records = scanner.close()
     return FileScan(compression=compression, canonical=scanner.canonical and compression != "gzip", records=records,
-                    layout=scanner.layout)
+                    layout=scanner.layout, empty=scanner.empty)
+
+
+def _listed(names: list[str], shown: int = 3) -> str:
+    """``'a', 'b', 'c' (+2 more)``: a list of names short enough for one line."""
+    more = f" (+{len(names) - shown} more)" if len(names) > shown else ""
+    return ", ".join(f"'{n}'" for n in names[:shown]) + more
 
 
 def _write_normalised(src: Path, compression: str, dest: Path) -> None:
@@ -510,10 +541,13 @@ def _prepare_file(path: Path, cache_dir: Path | None) -> _PreparedFile:
         scan = scan_fasta(path)
         try:
             payload = {"compression": scan.compression, "canonical": scan.canonical, "records": scan.records,
-                       "layout": scan.layout}
+                       "layout": scan.layout, "empty": scan.empty}
             _atomic_write_text(scan_json, json.dumps(payload))
         except (OSError, GenomeInputError) as exc:
             warnings.warn(f"{path}: cannot write scan cache to {cache} ({exc}); will rescan next time", stacklevel=3)
+    if scan.empty:  # said on every run, cached scan or not: the genome in training lacks these names
+        warnings.warn(f"{path}: skipped {len(scan.empty)} record(s) with no sequence ({_listed(scan.empty)})",
+                      stacklevel=3)
 
     if scan.canonical:
         readable = path
@@ -542,7 +576,8 @@ def _load_scan(scan_json: Path) -> FileScan | None:
     try:
         data = json.loads(scan_json.read_text())
         return FileScan(data["compression"], bool(data["canonical"]), [(str(n), int(l)) for n, l in data["records"]],
-                        [(int(o), int(b), int(w)) for o, b, w in data["layout"]])
+                        [(int(o), int(b), int(w)) for o, b, w in data["layout"]],
+                        [str(n) for n in data.get("empty", [])])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -562,7 +597,8 @@ def _read_fai(fai: Path) -> dict[str, tuple[int, ...]] | None:
 
 def _read_fai_lengths(fai: Path) -> dict[str, int] | None:
     rows = _read_fai(fai)
-    return None if rows is None else {name: cols[0] for name, cols in rows.items() if cols}
+    # pyfaidx lists a record with no sequence at length 0; the scan leaves it out of the contigs
+    return None if rows is None else {name: cols[0] for name, cols in rows.items() if cols and cols[0]}
 
 
 def _fai_matches(prep: _PreparedFile) -> bool:
@@ -571,6 +607,7 @@ def _fai_matches(prep: _PreparedFile) -> bool:
     if prep.layout is None:
         return _read_fai_lengths(prep.fai) == dict(prep.records)
     rows = _read_fai(prep.fai)
+    rows = None if rows is None else {name: cols for name, cols in rows.items() if cols and cols[0]}
     if rows is None or len(rows) != len(prep.records):
         return False
     for (name, length), (offset, bases, line_bytes) in zip(prep.records, prep.layout):
@@ -645,6 +682,9 @@ def _ensure_index(prep: _PreparedFile) -> None:
             raise GenomeInputError(
                 prep.source, f"index {stale} does not match the FASTA and cannot be rebuilt (folder not writable)"
             )
+        if not (matches and gzi_ok):  # an index of another file, or damaged: replacing it is said
+            stale = ", ".join(str(i) for i, ok in ((prep.fai, matches), (prep.gzi, gzi_ok)) if i is not None and not ok)
+            warnings.warn(f"{prep.source}: index {stale} did not match the file; rebuilt", stacklevel=4)
     _build_index(prep)
     if prep.gzi is not None and not _gzi_matches(prep.readable, prep.gzi):
         raise GenomeInputError(prep.source, f"bgzip index {prep.gzi} disagrees with the file's BGZF blocks")
