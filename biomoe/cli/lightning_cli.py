@@ -8,6 +8,7 @@ the data settings it records (:mod:`biomoe.cli.checkpoint_data`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import re
@@ -37,7 +38,7 @@ from biomoe.cli.saved_config import AtomicSaveConfigCallback
 from biomoe.compat.lightning import add_subcommand, set_negative_number_matcher, subcommand_choices
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
-from biomoe.model.config import ConfigError, check_expert_parallel
+from biomoe.model.config import ConfigError, ModelConfig, check_expert_parallel
 from biomoe.training import run_setup
 from biomoe.training.history import install_metrics_history
 from biomoe.training.markov_baseline import MarkovBaseline
@@ -235,12 +236,34 @@ class BioMoECLI(LightningCLI):
         self._resolve_run_folder()
         model = self.config.get(self.config.get("subcommand") or "", {}).get("model")
         keep = {key: model[key] for key in RUNTIME_SWITCHES if model is not None and key in model}
+        asked = _plain((model or {}).get("config")) if self.config.get("subcommand") == "fit" else None
         self._parse_ckpt_hparams()
         for key, value in keep.items():
             self.config[self.config["subcommand"]]["model"][key] = value
+        if asked is not None:
+            self._check_resume_model(asked)
         if self.config.get("subcommand"):  # every value range-checked before anything is built or seeded
             validate_config(self.config[self.config["subcommand"]], self.config["subcommand"])
         self._apply_checkpoint_data()
+
+    def _check_resume_model(self, asked: dict) -> None:
+        """``fit --ckpt_path``: the checkpoint's model replaces the one the command describes, so a
+        resume whose options disagree with it would train something other than what was asked, or
+        end in a shape mismatch. Stop first, in one line, listing each differing key and both values.
+        A key left at its default was not asked for and takes the checkpoint's value."""
+        section = self.config["fit"]
+        ckpt = section.get("ckpt_path")
+        recorded = _plain((section.get("model") or {}).get("config"))
+        if not ckpt or recorded is None:
+            return
+        defaults = dataclasses.asdict(ModelConfig())
+        differ = [key for key, value in asked.items()
+                  if key in recorded and recorded[key] != value and (key not in defaults or defaults[key] != value)]
+        if differ:
+            shown = "; ".join(f"{key}: {asked[key]!r} here, {recorded[key]!r} in the checkpoint" for key in differ[:6])
+            more = f" (+{len(differ) - 6} more)" if len(differ) > 6 else ""
+            raise GenomeInputError(os.fspath(ckpt), f"cannot resume: model.config differs from the checkpoint's "
+                                   f"({shown}{more}); give the checkpoint's values, or start a new run without --ckpt_path")
 
     def _parse_ckpt_hparams(self) -> None:
         """Lightning's ``_parse_ckpt_path``; a missing, truncated or foreign file is one line naming it,
@@ -326,7 +349,13 @@ class BioMoECLI(LightningCLI):
         with the checkpoint's hyper-parameters): one line naming the first tensor that differs."""
         section = self.config[self.config["subcommand"]].as_dict()
         config = model_config_from((section.get("model") or {}).get("config") or {})
-        check_shapes(path, check_structure(path, read_checkpoint(path)), config, "the model config")
+        ckpt = read_checkpoint(path)
+        check_shapes(path, check_structure(path, ckpt), config, "the model config")
+        if self.config["subcommand"] == "fit" and "optimizer_states" not in ckpt:
+            raise GenomeInputError(path, "holds weights only (no optimizer or loop state), so fit cannot resume it; "
+                                         "to start a new run from these weights use --trainer.callbacks+="
+                                         "biomoe.training.init_weights.InitWeights --trainer.callbacks.checkpoint "
+                                         f"{path} instead of --ckpt_path")
 
     def _check_parallel(self) -> None:
         """EP layout errors as one line before any process is launched."""
@@ -350,6 +379,17 @@ class BioMoECLI(LightningCLI):
         log_dir = self.trainer.log_dir  # a broadcast under several processes: every rank must ask
         if self.trainer.is_global_zero:
             print(fit_summary(self.trainer, log_dir))
+
+
+def _plain(section) -> dict | None:
+    """A config section (jsonargparse Namespace, dataclass or dict) as a plain dict; None if absent."""
+    if section is None:
+        return None
+    if hasattr(section, "as_dict"):
+        section = section.as_dict()
+    elif dataclasses.is_dataclass(section):
+        section = dataclasses.asdict(section)
+    return dict(section) if isinstance(section, dict) else None
 
 
 def install_atomic_checkpoint_io(trainer) -> None:

@@ -5,6 +5,10 @@ Lightning's ``SaveConfigCallback`` streams the resolved config into ``<log_dir>/
 ``fit --config runs/x/config.yaml --trainer.default_root_dir runs/x`` rewrote the very file it was
 reading, half-written if the process died at that moment. Here the file is written atomically
 (:func:`biomoe.files.write_text`), and refused when it is one of the command's inputs.
+
+``fit`` writes it when training starts, not at setup: by then the model is built, the data read
+and any ``--ckpt_path`` restored, so a run that cannot start (a checkpoint of another model, a
+genome that does not fit) leaves the previous run's record as it was.
 """
 
 from __future__ import annotations
@@ -23,6 +27,13 @@ class AtomicSaveConfigCallback(SaveConfigCallback):
     """``SaveConfigCallback`` through biomoe's atomic writer and input guard (single-file configs)."""
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit":
+            self._save(trainer, pl_module, stage)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._save(trainer, pl_module, "fit")
+
+    def _save(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if self.already_saved:
             return
         if self.save_to_log_dir and not self.multifile:

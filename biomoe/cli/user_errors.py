@@ -234,6 +234,9 @@ def classify(err: BaseException) -> UserError | None:
         message = one_line(item)
         if isinstance(item, MisconfigurationException):
             return UserError(_with_key(_key_from_message(message) or _key_from_frames(frames), message))
+        if any(frame.f_code.co_name == "_validate_callbacks_list" for frame in frames):
+            # two callbacks whose saved states would collide (e.g. two ModelCheckpoints alike)
+            return UserError(_with_key("trainer.callbacks", message.split(" HINT:")[0]))
         if not isinstance(item, (ValueError, TypeError)):
             continue
         names = {frame.f_code.co_name for frame in frames}
