@@ -61,7 +61,8 @@ def main(argv: list[str]) -> int:
     add_checkpoint_argument(parser, inputs='fasta')
     parser.add_argument("fasta", nargs="*", help="reference genome FASTA file(s)")
     parser.add_argument("--variants", required=True, type=Path,
-                        help="TSV (contig, position 1-based, ref, alt[, id]) or VCF/BCF (.vcf, .vcf.gz, .bcf); "
+                        help="TSV (contig, position 1-based, ref, alt[, id]; a header row such as 'chrom pos ref alt' "
+                             "may name them in any order) or VCF/BCF (.vcf, .vcf.gz, .bcf); "
                              "contigs by full FASTA ID, accession (NC_011333.1, NC_011333) or unique prefix")
     parser.add_argument("--out", required=True, type=Path, help="output TSV")
     parser.add_argument("--window", type=positive_int, default=None,

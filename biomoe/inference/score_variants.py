@@ -6,13 +6,14 @@ reports ``llr = log p(alt window) - log p(ref window)`` in nats. The model is ca
 must include the bases *after* the variant: they are where a change to, e.g., a motif shows up as
 surprise. Negative values mean the model finds the alternative less likely.
 
-The table is TSV with columns contig, position, ref, alt and an optional id (``#`` comments are
-skipped). A header line (its first column ``contig`` or ``chrom``) may name the columns, in any
-order (``contig/chrom, position/pos, ref, alt, id``), so score-variants' own output and skipped list
-read back as tables; a header that names only some keeps the fixed order, with the 5th column the
-id when the header calls it ``id``. Without a header the 5th column is not read. Substitutions of any
-length are scored (ref and alt of equal length); indels are refused, because windows of different
-lengths are not comparable by summed likelihood.
+The table is TSV (or columns separated by spaces) with columns contig, position, ref, alt and an
+optional id. Blank lines, ``#`` comments and Windows line endings are skipped anywhere. A header
+line, plain or after ``#`` (``chrom pos ref alt``, ``#CHROM POS ID REF ALT``, any case), may name
+the columns, in any order (``contig/chrom, position/pos, ref, alt, id``), so score-variants' own
+output and skipped list read back as tables; a header that names only some keeps the fixed order,
+with the 5th column the id when the header calls it ``id``. Without a header the 5th column is not
+read. Substitutions of any length are scored (ref and alt of equal length); indels are refused,
+because windows of different lengths are not comparable by summed likelihood.
 
 A ``.vcf``, ``.vcf.gz`` or ``.bcf`` file is read with pysam (``pip install 'biomoe[vcf]'``): every
 ALT allele of a record is one variant, carrying the record's ID and any INFO fields asked for.
@@ -30,6 +31,7 @@ does not match the genome stops with one line naming it, unless skipping is aske
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,50 +69,131 @@ class Variant:
 
 _HEADER_NAMES = {"contig": "contig", "chrom": "contig", "position": "position", "pos": "position", "ref": "ref",
                  "alt": "alt", "id": "id"}
+_REQUIRED = ("contig", "position", "ref", "alt")
+_FIXED_ORDER = {"contig": 0, "position": 1, "ref": 2, "alt": 3}
+_EXPECTED = "contig (or chrom), position (or pos), ref, alt[, id]"
+_COLUMN_WORD = re.compile(r"[A-Za-z_][\w.-]*")
+
+
+def _split_fields(line: str) -> list[str]:
+    """A line's cells: tab-separated when it has a tab (so an empty cell, such as a missing id,
+    keeps its place), else separated by any whitespace, as tables typed by hand are."""
+    if "\t" in line:
+        return [field.strip() for field in line.strip().split("\t")]
+    return line.split()
+
+
+def _named_columns(fields: list[str]) -> dict[str, int]:
+    """Index of each column a header names (the first, where a name repeats)."""
+    named: dict[str, int] = {}
+    for i, name in enumerate(fields):
+        key = _HEADER_NAMES.get(name.lower())
+        if key is not None and key not in named:
+            named[key] = i
+    return named
 
 
 def _table_columns(header: list[str]) -> dict[str, int]:
     """Column indices of a table's header line: by name when it names contig, position, ref and
     alt; else the fixed order, with the id 5th when the header calls that column ``id``."""
-    named: dict[str, int] = {}
-    for i, name in enumerate(header):
-        key = _HEADER_NAMES.get(name.strip().lower())
-        if key is not None and key not in named:
-            named[key] = i
-    if {"contig", "position", "ref", "alt"} <= set(named):
+    named = _named_columns(header)
+    if set(_REQUIRED) <= set(named):
         return named
-    columns = {"contig": 0, "position": 1, "ref": 2, "alt": 3}
-    if len(header) > 4 and header[4].strip().lower() == "id":
+    columns = dict(_FIXED_ORDER)
+    if len(header) > 4 and header[4].lower() == "id":
         columns["id"] = 4
     return columns
 
 
+def _is_position(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # '1²' passes str.isdigit but int() refuses it
+
+
+def _is_header(fields: list[str]) -> bool:
+    """Whether a line before the first variant names the columns: its first word names the
+    contig column, or its words name all four required columns (in any order)."""
+    named = _named_columns(fields)
+    return bool(fields) and (named.get("contig") == 0 or set(_REQUIRED) <= set(named))
+
+
+def _is_commented_header(fields: list[str]) -> bool:
+    """A ``#`` line is a header only when it reads like one: it starts with a column name and
+    every word could be a column's name. Prose above a table ("# contig names follow NCBI;
+    position is 1-based") also names columns, but its punctuation gives it away."""
+    return (bool(fields) and fields[0].lower() in _HEADER_NAMES and _is_header(fields)
+            and all(_COLUMN_WORD.fullmatch(word) for word in fields))
+
+
+def _header_problem(fields: list[str]) -> str | None:
+    """Why a first row that looks like a header (its position is not a number and it names a
+    column) cannot be read as one; None when it is a header or looks like data."""
+    named = _named_columns(fields)
+    if _is_position(fields[1] if len(fields) > 1 else "") or not named or _is_header(fields):
+        return None
+    missing = ", ".join(key for key in _REQUIRED if key not in named)
+    return f"the header names no {missing} column; name the columns {_EXPECTED}, in any order"
+
+
+def _column_order(columns: dict[str, int]) -> str:
+    return ", ".join(sorted(columns, key=columns.__getitem__))
+
+
 def read_variants(path: str | os.PathLike[str]) -> list[Variant]:
-    """Parse the TSV table; malformed lines raise GenomeInputError with the line number."""
-    variants = []
-    columns = {"contig": 0, "position": 1, "ref": 2, "alt": 3}
+    """Parse the table; a malformed variant line raises GenomeInputError with its line number.
+
+    Tables come from spreadsheets, scripts and editors, so what carries no variant is skipped
+    wherever it is: blank and whitespace-only lines, ``#`` comments, Windows line endings. Before
+    the first variant, a ``#`` line or a plain first row that names the columns is the header
+    (a plain row only when its position column is not a number, so a contig called ``chrom``
+    still reads as data)."""
+    variants: list[Variant] = []
+    columns = dict(_FIXED_ORDER)
+    header_line = 0  # where the column order was named; 0 for the fixed order
+    first_row = True  # the first line that is neither blank nor a comment
     for lineno, line in enumerate(_read_table_text(Path(path)).splitlines(), start=1):
-        fields = line.strip().split("\t") if "\t" in line else line.split()
-        if not fields or fields[0].startswith("#"):
+        text = line.strip()
+        if not text:
             continue
-        if lineno == 1 and fields[0].lower() in ("contig", "chrom"):
-            columns = _table_columns(fields)
+        if text.startswith("#"):
+            header = _split_fields(text.lstrip("#"))
+            if not variants and _is_commented_header(header):
+                columns, header_line = _table_columns(header), lineno
             continue
-        needed = max(v for k, v in columns.items() if k != "id") + 1
-        if len(fields) < needed:
-            raise GenomeInputError(path, f"line {lineno}: expected contig, position, ref, alt; got {line!r}")
-        contig, pos, ref, alt = (fields[columns[key]] for key in ("contig", "position", "ref", "alt"))
-        if not (pos.isascii() and pos.isdigit()) or int(pos) < 1:
-            raise GenomeInputError(path, f"line {lineno}: position must be a 1-based integer, got {pos!r}")
-        ref, alt = ref.upper(), alt.upper()
-        if not ref or not alt or set(ref + alt) - set("ACGT"):
-            raise GenomeInputError(path, f"line {lineno}: ref/alt must be A/C/G/T, got {ref}>{alt}")
-        if len(ref) != len(alt):
-            raise GenomeInputError(path, f"line {lineno}: {contig}:{pos} {ref}>{alt} is an indel; only "
-                                         "substitutions (equal-length ref and alt) are scored")
-        ident = fields[columns["id"]].strip() if "id" in columns and len(fields) > columns["id"] else ""
-        variants.append(Variant(contig, int(pos), ref, alt, ident or "."))
+        fields = _split_fields(line)
+        if first_row:
+            first_row = False
+            problem = _header_problem(fields)
+            if problem is not None:
+                raise GenomeInputError(path, f"line {lineno}: {problem}")
+            if not _is_position(fields[1] if len(fields) > 1 else "") and _is_header(fields):
+                columns, header_line = _table_columns(fields), lineno
+                continue
+        variants.append(_parse_variant(path, lineno, line, fields, columns, header_line))
     return variants
+
+
+def _parse_variant(path: str | os.PathLike[str], lineno: int, line: str, fields: list[str],
+                   columns: dict[str, int], header_line: int) -> Variant:
+    """One variant line in the given column order, or a one-line error naming file and line."""
+    needed = max(v for k, v in columns.items() if k != "id") + 1
+    if len(fields) < needed:
+        required = {k: v for k, v in columns.items() if k != "id"}
+        order = _column_order(required)
+        # a header's own order is said, so a row written in the usual order shows why it failed
+        named = (f" in {needed} columns, as the header on line {header_line} names them"
+                 if header_line and required != _FIXED_ORDER else "")
+        raise GenomeInputError(path, f"line {lineno}: expected {order}{named}; got {line.strip()!r}")
+    contig, pos, ref, alt = (fields[columns[key]] for key in _REQUIRED)
+    if not _is_position(pos) or int(pos) < 1:
+        raise GenomeInputError(path, f"line {lineno}: position must be a 1-based integer, got {pos!r}")
+    ref, alt = ref.upper(), alt.upper()
+    if not ref or not alt or set(ref + alt) - set("ACGT"):
+        raise GenomeInputError(path, f"line {lineno}: ref/alt must be A/C/G/T, got {ref}>{alt}")
+    if len(ref) != len(alt):
+        raise GenomeInputError(path, f"line {lineno}: {contig}:{pos} {ref}>{alt} is an indel; only "
+                                     "substitutions (equal-length ref and alt) are scored")
+    ident = fields[columns["id"]] if "id" in columns and len(fields) > columns["id"] else ""
+    return Variant(contig, int(pos), ref, alt, ident or ".")
 
 
 def is_vcf(path: str | os.PathLike[str]) -> bool:
