@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "biomoe"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("bench",),
+    # bench, and the callbacks' old module paths, which only forward to training (biomoe/training/old_paths.py)
+    ("bench", "callbacks", "baseline", "time_budget", "repeat_metric", "prediction_writer"),
     ("cli",),
     ("interop",),
     ("training",),
