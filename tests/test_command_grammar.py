@@ -97,3 +97,19 @@ def test_a_generation_larger_than_memory_is_refused_before_it_starts(files, tmp_
                      "--device", "cpu"]) == 2
     assert "more than this machine's" in error_line(capsys.readouterr().err)
     assert not (tmp_path / "samples.fa").exists()
+
+
+@pytest.mark.parametrize("command", ["score-fasta", "embed", "score-variants"])
+def test_a_window_beyond_the_machine_is_one_line_before_any_work(command, files, tmp_path, capsys, write_fasta):
+    """One window is one forward pass: a window no machine holds names --window at once, and
+    nothing is written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    seq = random_dna(120, seed=3) + random_dna(300_000, seed=4)  # the fixture's variant still matches
+    long_fasta = write_fasta({"c": seq}, name="long.fa")
+    rest, written = COMMANDS[command]((files[0], long_fasta, files[2]), out)
+    code = cli_main([command, "--ckpt_path", str(files[0]), *rest, "--window", "300120", "--device", "cpu",
+                     "--no-progress"])
+    line = error_line(capsys.readouterr().err)
+    assert code == 2 and "--window 300,120: one window needs at least" in line, line
+    assert not written.exists()

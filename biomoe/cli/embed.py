@@ -61,6 +61,7 @@ def main(argv: list[str]) -> int:
     args = parse_model_command(build_parser(), argv)
     # imported after parsing: --help stays fast
     from biomoe.checkpoint.records import training_seq_length
+    from biomoe.inference.batching import check_window_memory
     from biomoe.inference.embed import EmbeddingLayout, embed_genome, parse_layer
 
     genome = open_reader(args.fasta)
@@ -73,6 +74,7 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         raise GenomeInputError(None, f"--layer: {exc}") from None
     window = args.window or training_seq_length(args.ckpt) or 1024
+    check_window_memory(window, model, max(c.length for c in genome.contigs))
     layout = EmbeddingLayout([c.name for c in genome.contigs], [c.length for c in genome.contigs],
                              args.pool, args.pool_size)
     index = layout.index_arrays()

@@ -80,6 +80,7 @@ def main(argv: list[str]) -> int:
     args = checkpoint_of(parser.parse_args(argv), parser)  # a run folder -> its checkpoint
     # imported after parsing: --help stays fast
     from biomoe.checkpoint.records import training_seq_length
+    from biomoe.inference.batching import check_window_memory
     from biomoe.inference.score_variants import check_variants, is_vcf, read_variants, read_vcf, score_windows
     sidecar = skipped_path(args.out)
     # --out never replaces an input, nor does the skipped list written or removed beside it
@@ -115,6 +116,7 @@ def main(argv: list[str]) -> int:
             raise GenomeInputError(args.variants, f"all {len(set_aside):,} variants were skipped (first: "
                                                   f"{set_aside[0][0].label()}, {set_aside[0][1]})")
     model = model_from_args(args)
+    check_window_memory(window, model, max(c.length for c in genome.contigs))
     with progress_bar(len(variants), "score-variants", unit="variant", disable=args.no_progress) as bar:
         started = time.perf_counter()
         rows = score_windows(model, variants, prepared, progress=bar, batch_tokens=args.batch_tokens)

@@ -18,6 +18,7 @@ every token on its own (no capacity limit), so padding changes no real position'
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections import deque
@@ -31,8 +32,9 @@ from torch import Tensor
 
 from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import N_ID, NucleotideTokenizer
+from biomoe.errors import GenomeInputError
 
-__all__ = ["DEFAULT_BATCH_TOKENS", "Window", "WindowBatch", "batches_for", "default_batch_tokens", "genome_windows", "pack_windows",
+__all__ = ["DEFAULT_BATCH_TOKENS", "Window", "WindowBatch", "batches_for", "check_window_memory", "default_batch_tokens", "genome_windows", "pack_windows",
            "prefetch", "run_batches"]
 
 DEFAULT_BATCH_TOKENS = {"cuda": 1 << 18, "cpu": 1 << 13}
@@ -218,3 +220,33 @@ def genome_windows(genome: SequenceReader, window: int, chunk_bases: int = 1 << 
             ids = tokenizer.encode(genome.fetch(info.name, chunk_start, chunk_end))
             for offset in range(0, ids.size, window):
                 yield Window((info.name, chunk_start + offset), ids[offset:offset + window])
+
+
+def check_window_memory(window: int, model: torch.nn.Module, longest: int | None = None,
+                        option: str = "--window") -> None:
+    """One window is one forward pass however small ``--batch-tokens`` is: a window far beyond what
+    the device holds is one line naming the option now, not the allocator's traceback mid-run.
+
+    The estimate is a floor, not a forecast: per token the residual stream, the experts' inputs and
+    the logits in fp32, and on the CPU (whose attention materialises its scores) a score matrix per
+    head. Only a window that cannot fit by that floor is refused; no window is longer than the
+    ``longest`` contig it is cut from."""
+    config = model.config
+    tokens = min(window, longest) if longest else window
+    try:
+        device = next(model.parameters()).device
+    except (StopIteration, AttributeError):
+        device = torch.device("cpu")
+    per_token = 4 * (8 * config.hidden_size + 3 * config.top_k * config.ffn_hidden_size + config.vocab_size)
+    needed = tokens * per_token + (4 * config.num_heads * tokens * tokens if device.type == "cpu" else 0)
+    if device.type == "cuda":
+        available = torch.cuda.mem_get_info(device)[1]
+    else:
+        try:
+            available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):  # not on this platform: nothing to compare with
+            return
+    if needed > available:
+        raise GenomeInputError(None, f"{option} {window:,}: one window needs at least {needed / 1e9:,.0f} GB on "
+                                     f"{device.type}, more than its {available / 1e9:,.0f} GB; use a shorter {option} "
+                                     "(the training length is the default)")
