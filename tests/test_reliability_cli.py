@@ -207,7 +207,9 @@ def test_ckpt_hparams_do_not_override_runtime_switches(tmp_path: Path, monkeypat
     from biomoe.model.transformer import MoETransformer
 
     weights = {f"model.{k}": v for k, v in MoETransformer(ModelConfig(**config)).state_dict().items()}
-    torch.save({"state_dict": weights, "hyper_parameters": {"config": config, "runtime": runtime}}, ckpt)
+    # optimizer state present (empty): fit resumes only full checkpoints, and this one is parsed, not restored
+    torch.save({"state_dict": weights, "hyper_parameters": {"config": config, "runtime": runtime},
+                "optimizer_states": []}, ckpt)
     seen = {}
 
     class Stop(Exception):
