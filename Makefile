@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	@# fit/validate/test/predict --help need Lightning imported (seconds); build their text now, once.
+	$(PY) -c "from biomoe.cli.main import warm_help_cache; warm_help_cache()"
 	@touch $(STAMP)
 
 install: $(STAMP)

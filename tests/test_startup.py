@@ -98,6 +98,10 @@ def test_a_lightning_commands_help_is_built_once_then_printed_without_lightning(
     assert "--trainer.max_steps" in first and "lightning" in imported_first
     assert again == first
     assert not imported_again & set(HEAVY), sorted(imported_again & set(HEAVY))
+    # The first miss stored the other Lightning commands' help as well.
+    sibling, imported_sibling = run_help("predict", tmp_path)
+    assert "--trainer.max_steps" in sibling and sibling != first
+    assert not imported_sibling & set(HEAVY), sorted(imported_sibling & set(HEAVY))
 
 
 def test_the_help_cache_key_follows_the_code_the_width_and_the_command(tmp_path, monkeypatch):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import os
 import shutil
 import sys
@@ -24,7 +23,7 @@ from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["cache_folder", "help_key", "cached_help", "store_help", "capturing_stdout", "is_help_request"]
+__all__ = ["cache_folder", "help_key", "cached_help", "store_help", "is_help_request"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _DISTRIBUTIONS = ("lightning", "jsonargparse", "torch", "torchmetrics", "transformer_engine")
@@ -99,24 +98,3 @@ def store_help(argv: list[str], text: str) -> None:
             if old and old != key:
                 (folder / f"{old}.txt").unlink(missing_ok=True)
         index.write_text(key)
-
-
-class _Tee(io.TextIOBase):
-    """Everything written goes to ``stream`` at once and is kept."""
-
-    def __init__(self, stream) -> None:
-        self.stream, self.kept = stream, io.StringIO()
-
-    def write(self, text: str) -> int:
-        self.kept.write(text)
-        return self.stream.write(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-
-@contextlib.contextmanager
-def capturing_stdout() -> Iterator[_Tee]:
-    tee = _Tee(sys.stdout)
-    with contextlib.redirect_stdout(tee):
-        yield tee

@@ -12,8 +12,10 @@ Pass ``--debug`` (or set ``BIOMOE_DEBUG=1``) to see the traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
+import io
 import logging
 import os
 import re
@@ -118,21 +120,47 @@ def command_list_help() -> str:
 
 def _lightning_help(argv: list[str]) -> None:
     """``fit --help`` and its kin: the stored text when the installed code has not changed
-    (:mod:`biomoe.cli.help_cache`), else LightningCLI's, kept for next time. Ends in SystemExit."""
+    (:mod:`biomoe.cli.help_cache`), else LightningCLI's, kept for next time. Ends in SystemExit.
+
+    Almost all of a first ``--help`` is importing Lightning (seconds); building one parser once it
+    is imported takes a fraction of a second, so a miss stores the other Lightning commands' help
+    too and every later ``--help`` is instant."""
     text = help_cache.cached_help(argv)
     if text is not None:
         sys.stdout.write(text)
         raise SystemExit(0)
+    text = _render_lightning_help(argv)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    warm_help_cache(exclude=argv[0])
+    raise SystemExit(0)
+
+
+def _render_lightning_help(argv: list[str]) -> str:
+    """LightningCLI's help text for ``argv`` (``<command> --help``), kept in the help cache."""
     from biomoe.cli.lightning_cli import run_lightning_cli
 
-    with help_cache.capturing_stdout() as tee:
+    kept = io.StringIO()
+    with contextlib.redirect_stdout(kept):
         try:
             run_lightning_cli(argv)
         except SystemExit as done:
-            if done.code in (0, None):
-                help_cache.store_help(argv, tee.kept.getvalue())
-            raise
-    raise SystemExit(0)
+            if done.code not in (0, None):
+                sys.stdout.write(kept.getvalue())
+                raise
+    help_cache.store_help(argv, kept.getvalue())
+    return kept.getvalue()
+
+
+def warm_help_cache(exclude: str | None = None) -> None:
+    """Store the help of every Lightning command not yet in the cache (``make install`` calls this,
+    so that even the first ``fit --help`` after installing is instant)."""
+    if help_cache.cache_folder() is None:
+        return
+    for command in LIGHTNING_COMMANDS:
+        argv = [command, "--help"]
+        if command != exclude and help_cache.cached_help(argv) is None:
+            _render_lightning_help(argv)
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
