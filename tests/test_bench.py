@@ -60,8 +60,9 @@ def test_independent_init_differs_from_the_reference():
 
 
 # ----------------------------------------------------------------------------- the row plan
-from biomoe.bench.records import BASELINE, BenchRecord, Row, fill_ratios, select_rows  # noqa: E402
-from biomoe.bench.run import DEFAULT_CONTENDERS, BenchContext, main, measure, plan_rows  # noqa: E402
+from biomoe.bench.records import BASELINE, BenchRecord, Row, combine_runs, fill_ratios, select_rows  # noqa: E402
+from biomoe.bench.run import (DEFAULT_CONTENDERS, BenchContext, genome_tokens, main, measure,  # noqa: E402
+                              plan_rows, shape_config)
 from biomoe.bench.shapes import DEFAULT_CASES, parse_case  # noqa: E402
 from biomoe.bench.timing import PEAK_BF16_TFLOPS, throughput  # noqa: E402
 
@@ -70,7 +71,8 @@ def test_cases_name_a_shape_and_its_tokens_per_step():
     big = parse_case("mixtral-2layer@16384")
     assert (big.seq, big.micro_batch, big.case) == (4096, 4, "mixtral-2layer@16384")
     assert parse_case("dna-small").case == "dna-small@16384"  # seq 8192 x 2, as configs/dna-small.yaml
-    assert [parse_case(c).tokens_per_step for c in DEFAULT_CASES] == [4096, 16384, 16384]
+    assert parse_case("genome").case == "genome@65536"  # seq 1024 x 64, as configs/genome.yaml
+    assert [parse_case(c).tokens_per_step for c in DEFAULT_CASES] == [65536, 16384, 4096, 16384]
     for bad in ("mixtral-2layer@5000", "mixtral-2layer@0", "nope@4096"):
         with pytest.raises(ValueError):
             parse_case(bad)
@@ -109,6 +111,47 @@ def test_ratios_are_against_the_baseline_of_the_same_shape_and_tokens():
     assert [r.ratio_vs_hf_bf16_fused for r in recs] == [1.0, 1.5, None, None]
 
 
+def test_runs_of_a_row_combine_into_their_median_with_every_run_kept():
+    row = Row(parse_case("tiny"), "biomoe-cli", "bf16")
+    runs = [BenchRecord.for_row(row, tokens_per_s=t, step_ms=256 / t * 1e3, tflops=t / 100, mfu=t / 1e5,
+                                peak_mem_gb=g, wall_s=2.0, losses=[t])
+            for t, g in ((120.0, 1.0), (100.0, 3.0), (90.0, 2.0))]
+    runs.insert(1, BenchRecord.for_row(row, status="error", error="boom", wall_s=1.0))
+    combined = combine_runs(runs)
+    assert combined.status == "ok" and combined.tokens_per_s == 100.0 and combined.losses == [100.0]
+    assert combined.runs == [120.0, 100.0, 90.0] and combined.tokens_per_s_range == [90.0, 120.0]
+    assert combined.peak_mem_gb == 3.0 and combined.wall_s == 7.0 and combined.tflops == 1.0
+    assert combined.details["failed_runs"] == ["error: boom"]
+    even = combine_runs(runs[2:])  # 100 and 90: the median between them, the slower run's timings
+    assert even.tokens_per_s == 95.0 and even.losses == [90.0] and even.tflops == pytest.approx(0.95)
+    only_failures = combine_runs([runs[1]])
+    assert only_failures.status == "error" and only_failures.runs == []
+
+
+def test_each_shape_trains_from_its_own_recipe_unless_one_config_is_given(tmp_path):
+    assert shape_config(parse_case("genome"), None).name == "genome.yaml"
+    assert shape_config(parse_case("dna-small"), None).name == "dna-small.yaml"
+    assert shape_config(parse_case("mixtral-2layer"), None).name == "dna-small.yaml"
+    assert shape_config(parse_case("genome"), tmp_path / "x.yaml") == tmp_path / "x.yaml"
+
+
+def test_genome_tokens_are_windows_of_the_genome_and_the_same_every_time():
+    from biomoe.data.registry import open_reader
+    from biomoe.data.tokenizer import NucleotideTokenizer
+
+    fasta = Path(__file__).resolve().parents[1] / "data" / "lambda_virus.fa.gz"
+    shape = parse_case("tiny")
+    ids, labels = genome_tokens(shape, fasta, CPU)
+    assert ids.shape == (shape.micro_batch, shape.seq) and torch.equal(ids[:, 1:], labels[:, :-1])
+    assert torch.equal(genome_tokens(shape, fasta, CPU)[0], ids)
+    text = NucleotideTokenizer().decode(torch.cat([ids[0], labels[0, -1:]]))
+    genome = open_reader(fasta)
+    whole = genome.fetch(genome.contigs[0].name, 0, genome.contigs[0].length).upper()
+    assert text in whole
+    with pytest.raises(ValueError, match="no contig is longer"):
+        genome_tokens(shape.with_seq(60000, 1), fasta, CPU)
+
+
 def test_throughput_is_the_median_step_with_model_flops():
     shape = parse_case("tiny")
     speed = throughput(shape, [30.0, 10.0, 20.0])
@@ -131,7 +174,8 @@ def test_bench_runs_hf_the_bare_loop_and_the_product_path_and_writes_the_report(
     """The whole `make bench` flow on a CPU at the tiny shape (numbers meaningless, layout real)."""
     out = tmp_path / "bench"
     assert main(["--device", "cpu", "--shapes", "tiny", "--precisions", "bf16,fp8-block", "--warmup", "1",
-                 "--steps", "2", "--contenders", "hf-bf16-fused,biomoe-loop,biomoe-cli,biomoe-cli-nocallbacks",
+                 "--steps", "2", "--repeats", "2", "--fasta", "data/lambda_virus.fa.gz", "--contenders",
+                 "hf-bf16-fused,biomoe-loop,biomoe-cli,biomoe-cli-repeated,biomoe-cli-nocallbacks",
                  "--out", str(out)]) == 0
     report = json.loads((out / "bench.json").read_text())
     assert "6·N_active·tokens" in report["flop_formula"] and report["peak_tflops_for_mfu"] == 790.0
@@ -139,9 +183,10 @@ def test_bench_runs_hf_the_bare_loop_and_the_product_path_and_writes_the_report(
     assert {"torch", "transformers", "transformer_engine", "gpu"} <= set(report["environment"])
     rows = {(r["contender"], r["precision"]): r for r in report["records"]}
     for key in [("hf-bf16-fused", "bf16"), ("biomoe-loop", "bf16"), ("biomoe-cli", "bf16"),
-                ("biomoe-cli-nocallbacks", "bf16")]:
+                ("biomoe-cli-repeated", "bf16"), ("biomoe-cli-nocallbacks", "bf16")]:
         r = rows[key]
         assert r["status"] == "ok", r
+        assert len(r["runs"]) == 2 and r["tokens_per_s_range"][0] <= r["tokens_per_s"] <= r["tokens_per_s_range"][1]
         assert r["tokens_per_s"] > 0 and r["steps_timed"] == 2 and r["shape"] == "tiny"
         assert r["tokens_per_step"] == 256 and r["ratio_vs_hf_bf16_fused"] > 0
         assert {"mfu", "tflops", "peak_mem_gb"} <= set(r) and len(r["losses"]) == 4  # 1 + 2 + 1 closing step
@@ -149,6 +194,9 @@ def test_bench_runs_hf_the_bare_loop_and_the_product_path_and_writes_the_report(
     shipped = rows[("biomoe-cli", "bf16")]["details"]
     assert {"NonFiniteGuard", "RouterCollapseMonitor", "ModelCheckpoint"} <= set(shipped["callbacks"])
     assert "cli.py fit --config=" in shipped["command"] and "--model.runtime.precision=bf16" in shipped["command"]
+    assert "GenomeDataModule on data/lambda_virus.fa.gz" in shipped["data"] and "--data.num_workers" not in shipped["command"]
+    assert "repeated" in rows[("biomoe-cli-repeated", "bf16")]["details"]["data"]
+    assert report["settings"]["repeats"] == 2 and "lambda_virus" in report["settings"]["fasta"]
     bare = rows[("biomoe-cli-nocallbacks", "bf16")]["details"]["callbacks"]
     assert not {"NonFiniteGuard", "RouterCollapseMonitor", "ModelCheckpoint"} & set(bare)
     for key in [("biomoe-loop", "fp8-block"), ("biomoe-cli", "fp8-block")]:

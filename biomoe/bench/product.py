@@ -2,18 +2,23 @@
 
 The Trainer, model, callbacks, logger, precision plugin, gradient clipping, optimizer and LR
 schedule are built by biomoe's own LightningCLI for the ``fit`` subcommand from the shipped config, with
-only the benchmark's shape, precision and step count given as overrides on the command line,
-exactly as a user would give them. ``trainer.fit`` then runs on an in-memory loader that yields
-the benchmark's token batch every step (the same tokens the other contenders see), through a
+only the benchmark's shape, precision, genome and step count given as overrides on the command line,
+exactly as a user would give them. The headline row (``biomoe-cli``) then trains on the
+``GenomeDataModule`` the CLI built from the benchmark's genome, with the config's own loader
+settings (workers, stride, reverse complements, mutations): what a user's fit reads. The diagnostic
+rows (``biomoe-cli-repeated`` and the variants that isolate one cost) train on an in-memory loader
+that yields the benchmark's token batch every step (the tokens the other contenders see), through a
 ``DataLoader`` with the same pinned host memory as the genome loader, so Lightning's host-to-device
-copy is the real one.
+copy is the real one; the gap between ``biomoe-cli`` and ``biomoe-cli-repeated`` is what the data
+path costs.
 
 Three things differ from a user's run, all outside the timed steps: the fit ends right after the
 last timed step (no end-of-training checkpoint or summary: building a 2-layer Mixtral checkpoint
 with fp32 master weights means ~40 GB of state, and it says nothing about the step), checkpoint
 files that a callback saves earlier are not written (:class:`DiscardCheckpointIO` drops the
-bytes), and no validation runs (the shipped ``val_check_interval`` is longer than a benchmark fit).
-Each row records how long the CLI took to reach its first step (``setup_s``).
+bytes), and no validation runs (``trainer.limit_val_batches=0``: a benchmark fit is shorter than
+one validation interval of a real run). Each row records how long the CLI took to reach its first
+step (``setup_s``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from torch.utils.data import DataLoader, Dataset
 
 from biomoe.bench.shapes import BenchShape
-from biomoe.bench.timing import StepClock
+from biomoe.bench.timing import KernelCounter, StepClock
 from biomoe.cli.lightning_cli import BioMoECLI, run_lightning_cli
 from biomoe.compat.lightning import detach_model_logging
 
@@ -52,10 +57,16 @@ class CliVariant:
     about: str
     extra_args: tuple[str, ...] = ()
     drop_config_callbacks: bool = False
+    genome_data: bool = False
+    """Train on the GenomeDataModule the CLI builds (the real loader), not the repeated batch."""
 
 
 CLI_VARIANTS: dict[str, CliVariant] = {
-    "biomoe-cli": CliVariant("the shipped config as `cli.py fit` runs it"),
+    "biomoe-cli": CliVariant("the shipped config as `cli.py fit` runs it, on the benchmark genome through "
+                             "the config's GenomeDataModule (the real data path)", genome_data=True),
+    "biomoe-cli-repeated": CliVariant(
+        "biomoe-cli on the other contenders' token batch, repeated from memory: the step without the "
+        "data path (the variants below differ from this row in one thing each)"),
     "biomoe-cli-nocallbacks": CliVariant(
         "the shipped config without its trainer.callbacks (NonFiniteGuard, RouterCollapseMonitor, "
         "ModelCheckpoint, LearningRateMonitor): what the shipped callback set costs",
@@ -94,14 +105,19 @@ def config_expert_backend(config: dict[str, Any]) -> str:
 
 
 def cli_args(config_path: Path, shape: BenchShape, precision: str, max_steps: int, root: Path,
-             accelerator: str, variant: CliVariant, extra: tuple[str, ...] = ()) -> list[str]:
-    """The command line (after ``cli.py fit``) that trains ``shape`` with the shipped config."""
+             accelerator: str, variant: CliVariant, extra: tuple[str, ...] = (),
+             fasta: Path | None = None) -> list[str]:
+    """The command line (after ``cli.py fit``) that trains ``shape`` with the shipped config; the
+    genome rows read ``fasta`` with the config's loader settings."""
     config = read_config(config_path)
+    data_args = ([f"--data.fasta={fasta or BUNDLED_FASTA}"] if variant.genome_data
+                 else [f"--data.fasta={BUNDLED_FASTA}", "--data.num_workers=0"])
     args = [f"--config={config_path}",
             f"--trainer.max_steps={max_steps}",
             f"--trainer.accelerator={accelerator}",
             "--trainer.devices=1",
             "--trainer.num_sanity_val_steps=0",
+            "--trainer.limit_val_batches=0",
             f"--trainer.default_root_dir={root}",
             f"--model.config.vocab_size={shape.vocab}",
             f"--model.config.hidden_size={shape.hidden}",
@@ -112,10 +128,9 @@ def cli_args(config_path: Path, shape: BenchShape, precision: str, max_steps: in
             f"--model.config.top_k={shape.top_k}",
             f"--model.config.ffn_hidden_size={shape.ffn}",
             f"--model.runtime.precision={precision}",
-            f"--data.fasta={BUNDLED_FASTA}",
+            *data_args,
             f"--data.seq_length={shape.seq}",
-            f"--data.batch_size={shape.micro_batch}",
-            "--data.num_workers=0"]
+            f"--data.batch_size={shape.micro_batch}"]
     logger = (config.get("trainer") or {}).get("logger")
     if isinstance(logger, dict) and "save_dir" in (logger.get("init_args") or {}):
         args.append(f"--trainer.logger.init_args.save_dir={root}")
@@ -153,6 +168,8 @@ class StepTimer(L.Callback):
 
     def __init__(self, device: torch.device, stop_after: int | None = None) -> None:
         self.clock = StepClock(device)
+        self.kernels = KernelCounter(device)
+        """Counts the kernels of the closing step (the one after the last timed step)."""
         self.losses: list[torch.Tensor] = []
         self.end_mark = _EndMark(self)
         self.stop_after = stop_after
@@ -164,6 +181,8 @@ class StepTimer(L.Callback):
         if self.first_step_at is None:
             self.first_step_at = time.perf_counter()
         self.clock.start()
+        if self.stop_after is not None and len(self.clock.starts) == self.stop_after:
+            self.kernels.start()
 
 
 def describe_optimizer(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -184,6 +203,8 @@ class _EndMark(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
         self.timer.clock.end()
+        if self.timer.stop_after is not None and len(self.timer.clock.ends) >= self.timer.stop_after:
+            self.timer.kernels.stop()
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
             self.timer.losses.append(loss.detach())
@@ -239,19 +260,23 @@ class CliRun:
     busy_ms: list[float]
     losses: list[float]
     details: dict[str, Any]
+    host_ms: list[float] | None = None
+    kernels_per_step: int | None = None
 
 
 def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Tensor, labels: torch.Tensor,
-            warmup: int, steps: int, variant: CliVariant, extra: tuple[str, ...] = ()) -> CliRun:
+            warmup: int, steps: int, variant: CliVariant, extra: tuple[str, ...] = (),
+            fasta: Path | None = None) -> CliRun:
     """``cli.py fit`` with the shipped config: biomoe's LightningCLI parses, checks and builds
     everything for the ``fit`` subcommand (its ``before_fit`` checks and ``after_fit`` report run
-    too); only the final ``trainer.fit`` call is the benchmark's, which adds the step timer and
-    feeds the in-memory batches. ``warmup + steps + 1`` steps in a scratch folder, removed afterwards."""
+    too); only the final ``trainer.fit`` call is the benchmark's, which adds the step timer and, for
+    the diagnostic rows, feeds the in-memory batches. ``warmup + steps + 1`` steps in a scratch
+    folder, removed afterwards."""
     device = ids.device
     accelerator = "gpu" if device.type == "cuda" else "cpu"
     total = warmup + steps + 1
     root = Path(tempfile.mkdtemp(prefix="biomoe-bench-"))
-    args = cli_args(config_path, shape, precision, total, root, accelerator, variant, extra)
+    args = cli_args(config_path, shape, precision, total, root, accelerator, variant, extra, fasta)
     details: dict[str, Any] = {"command": "cli.py fit " + " ".join(args)}
     started = time.perf_counter()
     timer = StepTimer(device, stop_after=total)
@@ -270,8 +295,14 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
                        float32_matmul_precision=torch.get_float32_matmul_precision(),
                        init="cli.py fit's own (seed_everything from the config)",
                        checkpoint_writes="discarded (after the timed steps)")
+        if variant.genome_data:
+            details["data"] = f"GenomeDataModule on {fasta or BUNDLED_FASTA} (the config's loader settings)"
+            fit_inputs: dict[str, Any] = {"datamodule": datamodule}
+        else:
+            details["data"] = "the benchmark's token batch, repeated from memory"
+            fit_inputs = {"train_dataloaders": token_loader(ids, labels, total)}
         try:
-            trainer.fit(model, train_dataloaders=token_loader(ids, labels, total))
+            trainer.fit(model, **fit_inputs)
         except TimedStepsDone:
             pass
         for callback in (timer, timer.end_mark):  # they outlive the fit: let go of the module
@@ -297,7 +328,8 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
         if timer.first_step_at is not None:
             details["setup_s"] = round(timer.first_step_at - started, 1)
         return CliRun(timer.clock.step_ms(warmup, steps), timer.clock.busy_ms(warmup, steps),
-                      [float(v) for v in timer.losses], details)
+                      [float(v) for v in timer.losses], details, timer.clock.host_ms(warmup, steps),
+                      timer.kernels.kernels)
     finally:
         torch.set_float32_matmul_precision(matmul_precision)
         shutil.rmtree(root, ignore_errors=True)

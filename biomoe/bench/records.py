@@ -6,7 +6,8 @@ Kept free of CUDA so the table logic (ratios, filters, the JSON layout) is testa
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import asdict, dataclass, field
+import statistics
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from biomoe.bench.shapes import BenchShape
@@ -51,6 +52,11 @@ class BenchRecord:
     """Mean of the same steps: unlike the median it carries the occasional logging/checking step."""
     busy_ms: float | None = None
     """Median start-to-end time of the same steps: without what runs between two steps."""
+    host_ms: float | None = None
+    """Median host time per step: the Python thread from the step's start to its end, with no
+    synchronisation added. Close to ``busy_ms``: the step is bound by launching kernels."""
+    kernels_per_step: int | None = None
+    """GPU kernels of one (untimed) step after the timed ones, counted by torch.profiler."""
     tflops: float | None = None
     """Model TFLOP/s: the ``flop_formula`` of the report over the median step time."""
     mfu: float | None = None
@@ -64,6 +70,12 @@ class BenchRecord:
     """The whole row: building the model or Trainer, warm-up, timed steps, tear-down."""
     details: dict[str, Any] = field(default_factory=dict)
     """How the contender ran: optimizer, weights, expert kernels, config, callbacks, ..."""
+    runs: list[float] = field(default_factory=list)
+    """tokens/s of every run of this row, in the order they ran (the bench interleaves the runs of
+    a shape's rows, A B C A B C ...); ``tokens_per_s`` is their median, the other timings are the
+    median run's."""
+    tokens_per_s_range: list[float] | None = None
+    """[slowest, fastest] of :attr:`runs`."""
 
     @classmethod
     def for_row(cls, row: Row, **kwargs: Any) -> "BenchRecord":
@@ -81,6 +93,35 @@ class BenchRecord:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def combine_runs(runs: list[BenchRecord]) -> BenchRecord:
+    """One record for a row run several times: the median run's timings and losses, every run's
+    tokens/s in :attr:`BenchRecord.runs`, the highest peak memory, the summed wall time. Runs that
+    failed are listed in ``details["failed_runs"]``; if none succeeded the first failure stands."""
+    if not runs:
+        raise ValueError("combine_runs needs at least one run")
+    ok = [r for r in runs if r.status == "ok" and r.tokens_per_s is not None]
+    failed = [f"{r.status}: {r.error}" for r in runs if r not in ok]
+    if not ok:
+        return runs[0]
+    by_speed = sorted(ok, key=lambda r: r.tokens_per_s)
+    chosen = by_speed[(len(by_speed) - 1) // 2]
+    speeds = [r.tokens_per_s for r in ok]
+    median = statistics.median(speeds)
+    combined = replace(chosen, runs=speeds, tokens_per_s=median,
+                       tokens_per_s_range=[min(speeds), max(speeds)],
+                       details=dict(chosen.details))
+    if chosen.tflops is not None and chosen.tokens_per_s:
+        combined.tflops = chosen.tflops * median / chosen.tokens_per_s
+        combined.mfu = None if chosen.mfu is None else chosen.mfu * median / chosen.tokens_per_s
+    peaks = [r.peak_mem_gb for r in runs if r.peak_mem_gb is not None]
+    combined.peak_mem_gb = max(peaks) if peaks else None
+    walls = [r.wall_s for r in runs if r.wall_s is not None]
+    combined.wall_s = sum(walls) if walls else None
+    if failed:
+        combined.details["failed_runs"] = failed
+    return combined
 
 
 def fill_ratios(records: list[BenchRecord]) -> None:

@@ -16,11 +16,15 @@ from biomoe.bench.shapes import BenchShape
 from biomoe.bench.timing import PEAK_BF16_TFLOPS
 from biomoe.files import save_figure, write_text
 
-TIMING_NOTE = ("tokens/s = tokens per step / median step time over the timed steps after warm-up; a step "
+TIMING_NOTE = ("tokens/s = tokens per step / median step time over the timed steps after warm-up, the median "
+               "of the row's runs (interleaved with the other rows of its shape; range = slowest and fastest run); a step "
                "is timed from its start to the next step's start with CUDA events (for biomoe-cli: "
                "Lightning's on_train_batch_start of consecutive batches, so the data loader, every hook, "
                "callback and logger call between steps is included); peak_mem_gb is "
-               "torch.cuda.max_memory_allocated over the whole row (reset before it)")
+               "torch.cuda.max_memory_allocated over the whole row (reset before it); host ms = median time "
+               "the Python thread spends from a step's start to its end (no synchronisation added: near the "
+               "step time the step is bound by kernel launches); kernels = GPU kernels of one untimed step "
+               "after the timed ones (torch.profiler, memcpy/memset not counted)")
 MFU_NOTE = (f"mfu = model TFLOP/s / {PEAK_BF16_TFLOPS:.0f} TFLOP/s (dense bf16 matmul rate of this H200) "
             "for every precision, FP8 included")
 
@@ -83,17 +87,22 @@ def markdown(report: dict[str, Any]) -> str:
         first = rows[0]
         lines += ["", f"## {first.shape}, {first.tokens_per_step:,} tokens per step "
                       f"(seq {first.seq} × micro-batch {first.micro_batch})", "",
-                  "| contender | precision | tokens/s | vs HF bf16 fused | TFLOP/s | MFU | peak GB | step ms | status |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+                  "| contender | precision | tokens/s (median) | range | runs | vs HF bf16 fused | TFLOP/s | MFU "
+                  "| peak GB | step ms | host ms | kernels | status |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for r in rows:
             if r.status == "skipped":
                 continue
             status = r.status if r.status == "ok" else f"{r.status}: {(r.error or '')[:120]}"
             ratio = "—" if r.ratio_vs_hf_bf16_fused is None else f"{r.ratio_vs_hf_bf16_fused:.2f}×"
-            lines.append(f"| {r.contender} | {r.precision} | {_num(r.tokens_per_s, ',.0f')} | {ratio} | "
+            spread = ("—" if not r.tokens_per_s_range else
+                      f"{r.tokens_per_s_range[0]:,.0f}–{r.tokens_per_s_range[1]:,.0f}")
+            lines.append(f"| {r.contender} | {r.precision} | {_num(r.tokens_per_s, ',.0f')} | {spread} | "
+                         f"{len(r.runs) or (1 if r.status == 'ok' else 0)} | {ratio} | "
                          f"{_num(r.tflops, '.0f')} | {_num(None if r.mfu is None else 100 * r.mfu, '.1f')}"
                          f"{'' if r.mfu is None else ' %'} | {_num(r.peak_mem_gb, '.1f')} | "
-                         f"{_num(r.step_ms, '.1f')} | {status} |")
+                         f"{_num(r.step_ms, '.1f')} | {_num(r.host_ms, '.1f')} | "
+                         f"{_num(r.kernels_per_step, ',d')} | {status} |")
         skipped = [r for r in rows if r.status == "skipped"]
         if skipped:
             lines += ["", "Not run here: " + ", ".join(f"{r.contender}/{r.precision}" for r in skipped) + "."]
@@ -121,7 +130,9 @@ def chart(records: list[BenchRecord], path: Path, title: str) -> None:
         labels = [f"{r.contender} {r.precision}" for r in rows]
         values = [r.tokens_per_s / 1e3 for r in rows]
         colors = ["#888888" if r.contender.startswith("hf") else "#2b7bb9" for r in rows]
-        ax.barh(labels, values, color=colors)
+        spreads = [[(r.tokens_per_s - r.tokens_per_s_range[0]) / 1e3 if r.tokens_per_s_range else 0 for r in rows],
+                   [(r.tokens_per_s_range[1] - r.tokens_per_s) / 1e3 if r.tokens_per_s_range else 0 for r in rows]]
+        ax.barh(labels, values, color=colors, xerr=spreads, error_kw={"elinewidth": 0.8, "capsize": 2})
         for i, r in enumerate(rows):
             ratio = "" if r.ratio_vs_hf_bf16_fused is None else f" {r.ratio_vs_hf_bf16_fused:.2f}×"
             ax.text(values[i], i, f" {values[i]:.0f}k{ratio}", va="center", fontsize=8)
@@ -129,7 +140,7 @@ def chart(records: list[BenchRecord], path: Path, title: str) -> None:
         ax.set_title(case, fontsize=10)
         ax.set_xlim(0, max(values) * 1.25)
         ax.tick_params(axis="y", labelsize=8)
-    axes[-1, 0].set_xlabel("training tokens / s (thousands; median step, CUDA events)")
+    axes[-1, 0].set_xlabel("training tokens / s (thousands; median of the runs, whiskers their range)")
     fig.suptitle(title)
     fig.tight_layout()
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import statistics
 import sys
 import time
 import traceback
@@ -37,9 +38,9 @@ from biomoe.bench.inference import INFERENCE_TASKS, InferenceSettings, default_f
 from biomoe.bench.models import Contender, ReferenceInit, build_biomoe, build_hf, reference_init
 from biomoe.bench.product import CLI_VARIANTS, DEFAULT_CONFIG, config_expert_backend, read_config, run_cli
 from biomoe.bench.profile import profile_steps
-from biomoe.bench.records import BASELINE, BenchRecord, Row, fill_ratios, select_rows
+from biomoe.bench.records import BASELINE, BenchRecord, Row, combine_runs, fill_ratios, select_rows
 from biomoe.bench.report import environment, report_dict, write_report
-from biomoe.bench.shapes import DEFAULT_CASES, QUICK_CASES, SHAPES, BenchShape, parse_case
+from biomoe.bench.shapes import DEFAULT_CASES, QUICK_CASES, SHAPE_RECIPES, SHAPES, BenchShape, parse_case
 from biomoe.bench.timing import free_memory, peak_memory_gb, throughput, time_training
 from biomoe.errors import ConfigError
 from biomoe.files import write_text
@@ -65,8 +66,8 @@ LOOP_CONTENDERS = {
 }
 ABLATION_PREFIX = "biomoe-loop[te "
 LAYER_COMPONENTS = ("norm_backend", "attention_backend", "router_backend", "dispatch_backend")
-DEFAULT_CONTENDERS = ("hf-bf16-fused", "hf-amp-fused", "hf-eager", "biomoe-loop", "biomoe-cli",
-                      "biomoe-cli-nocallbacks", "biomoe-cli-nomaster", "biomoe-cli-compile")
+DEFAULT_CONTENDERS = ("hf-bf16-fused", "hf-amp-fused", "biomoe-loop", "biomoe-cli", "biomoe-cli-repeated",
+                      "biomoe-cli-nocallbacks", "biomoe-cli-nomaster")
 ALL_PRECISIONS = tuple(PRECISIONS)
 PRECISION_SWEPT = ("biomoe-loop", "biomoe-loop-compile", "biomoe-cli")
 """Contenders run at every requested precision; HF rows are bf16, the other CLI variants run at
@@ -124,21 +125,62 @@ def random_tokens(shape: BenchShape, device: torch.device, seed: int = 0) -> tup
     return seq[:, :-1].contiguous().to(device), seq[:, 1:].contiguous().to(device)
 
 
+def genome_tokens(shape: BenchShape, fasta: Path, device: torch.device, seed: int = 0
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``micro_batch`` windows of ``seq + 1`` bases read from ``fasta`` at offsets drawn with
+    ``seed`` (contigs chosen by length), tokenized as training tokenizes them; labels are the next
+    base. Real sequence routes tokens to experts as training does, which random bases do not."""
+    from biomoe.data.registry import open_reader
+    from biomoe.data.tokenizer import NucleotideTokenizer
+
+    genome = open_reader(fasta)
+    contigs = [c for c in genome.contigs if c.length > shape.seq + 1]
+    if not contigs:
+        raise ValueError(f"{fasta}: no contig is longer than the shape's {shape.seq + 1} bases")
+    lengths = torch.tensor([c.length - shape.seq - 1 for c in contigs], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    tokenizer = NucleotideTokenizer()
+    windows = []
+    for _ in range(shape.micro_batch):
+        contig = contigs[int(torch.multinomial(lengths, 1, generator=gen))]
+        start = int(torch.randint(0, contig.length - shape.seq - 1, (1,), generator=gen))
+        windows.append(torch.as_tensor(tokenizer.encode(genome.fetch(contig.name, start, start + shape.seq + 1)),
+                                       dtype=torch.long))
+    seq = torch.stack(windows)
+    return seq[:, :-1].contiguous().to(device), seq[:, 1:].contiguous().to(device)
+
+
+def shape_config(shape: BenchShape, override: Path | None) -> Path:
+    """The shipped config of a shape's ``cli.py fit`` rows (``--config`` replaces it for all)."""
+    return override or DEFAULT_CONFIG.parent / SHAPE_RECIPES.get(shape.name, DEFAULT_CONFIG.name)
+
+
 @dataclass
 class BenchContext:
     device: torch.device
-    config_path: Path
+    config_path: Path | None
+    """``--config``: the config of every shape's CLI rows; None: each shape's own (:data:`SHAPE_RECIPES`)."""
     warmup: int
     steps: int
-    loop_backend: str
+    loop_backend: str | None
+    """``--loop-backend``; None: the expert backend of the shape's config."""
     independent_init: bool = False
+    fasta: Path | None = None
+    """The genome every contender's tokens and the CLI's data module read; None: random bases."""
     tokens: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     inits: dict[str, ReferenceInit] = field(default_factory=dict)
 
     def batch(self, shape: BenchShape) -> tuple[torch.Tensor, torch.Tensor]:
-        if shape.case not in self.tokens:
-            self.tokens = {shape.case: random_tokens(shape, self.device)}  # one shape's tokens at a time
+        if shape.case not in self.tokens:  # one shape's tokens at a time
+            self.tokens = {shape.case: genome_tokens(shape, self.fasta, self.device) if self.fasta
+                           else random_tokens(shape, self.device)}
         return self.tokens[shape.case]
+
+    def config_for(self, shape: BenchShape) -> Path:
+        return shape_config(shape, self.config_path)
+
+    def expert_backend(self, shape: BenchShape) -> str:
+        return self.loop_backend or config_expert_backend(read_config(self.config_for(shape)))
 
     def init(self, shape: BenchShape) -> ReferenceInit | None:
         """The HF baseline's initial weights, converted (built once per shape, kept on the CPU)."""
@@ -163,16 +205,16 @@ def loop_builder(row: Row, ctx: BenchContext) -> tuple[Callable[[], Contender], 
                                  amp=spec["amp"], label=name)), details
     init = ctx.init(shape)
     details = {"weights": "bf16", "optimizer": "torch.optim.AdamW", "fused": True,
-               "expert_backend": ctx.loop_backend,
+               "expert_backend": ctx.expert_backend(shape),
                "init": "HF baseline's initial weights" if init is not None else "biomoe's own (seed 0)"}
     if name.startswith(ABLATION_PREFIX):
         component = name[len(ABLATION_PREFIX):-len(" only]")] + "_backend"
         layers = {c: ("te" if c == component else "torch") for c in LAYER_COMPONENTS}
         details["layer_backends"] = layers
-        return (lambda: build_biomoe(shape, ctx.loop_backend, row.precision, ctx.device, init=init,
+        return (lambda: build_biomoe(shape, ctx.expert_backend(shape), row.precision, ctx.device, init=init,
                                      layer_backends=layers, label=name)), details
     compile_blocks = name == "biomoe-loop-compile"
-    return (lambda: build_biomoe(shape, ctx.loop_backend, row.precision, ctx.device, init=init,
+    return (lambda: build_biomoe(shape, ctx.expert_backend(shape), row.precision, ctx.device, init=init,
                                  compile_blocks=compile_blocks, label=name)), details
 
 
@@ -207,12 +249,15 @@ def measure(row: Row, ctx: BenchContext) -> BenchRecord:
     try:
         ids, labels = ctx.batch(row.shape)
         if row.contender in CLI_VARIANTS:
-            run = run_cli(ctx.config_path, row.shape, row.precision, ids, labels, ctx.warmup, ctx.steps,
-                          CLI_VARIANTS[row.contender])
+            run = run_cli(ctx.config_for(row.shape), row.shape, row.precision, ids, labels, ctx.warmup,
+                          ctx.steps, CLI_VARIANTS[row.contender], fasta=ctx.fasta)
             step_ms, busy_ms, losses, record.details = run.step_ms, run.busy_ms, run.losses, run.details
+            host_ms, record.kernels_per_step = run.host_ms, run.kernels_per_step
         else:
             timing, record.details = time_loop(row, ctx, ids, labels)
             step_ms, busy_ms, losses = timing.step_ms, timing.step_ms, timing.losses
+            host_ms, record.kernels_per_step = timing.host_ms, timing.kernels_per_step
+        record.host_ms = statistics.median(host_ms) if host_ms else None
         speed = throughput(row.shape, step_ms)
         busy = throughput(row.shape, busy_ms)
         record.tokens_per_s, record.step_ms, record.busy_ms = speed.tokens_per_s, speed.step_ms, busy.step_ms
@@ -283,8 +328,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"{QUICK_CASES[0]}, bf16, 2 warm-up + 5 timed steps")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps per row (default 5)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per row (default 10)")
-    parser.add_argument("--config", default=str(DEFAULT_CONFIG),
-                        help="shipped config the biomoe-cli rows are built from")
+    parser.add_argument("--config", default=None,
+                        help="config every shape's biomoe-cli rows are built from (default: each shape's "
+                             f"recipe, {', '.join(f'{k}: configs/{v}' for k, v in SHAPE_RECIPES.items())}, "
+                             f"others {DEFAULT_CONFIG.relative_to(DEFAULT_CONFIG.parents[1])})")
+    parser.add_argument("--fasta", default=None,
+                        help=f"genome the tokens of every row and the biomoe-cli data module read (default "
+                             f"{default_fasta()}); 'random' for random bases")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="runs of every row, interleaved within a shape (A B C A B C ...); each record "
+                             "keeps every run's tokens/s and reports the median (default 3; --quick 1)")
     parser.add_argument("--loop-backend", default=None,
                         help="expert backend of biomoe-loop (default: the config's model.runtime.expert_backend)")
     parser.add_argument("--compile", action="store_true", help="add biomoe-loop-compile and biomoe-cli-compile")
@@ -331,6 +384,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.precisions = args.precisions or "bf16"
         args.warmup = 2 if args.warmup is None else args.warmup
         args.steps = 5 if args.steps is None else args.steps
+        args.repeats = 1 if args.repeats is None else args.repeats
+    args.repeats = 3 if args.repeats is None else args.repeats
     args.shapes = args.shapes or ",".join(DEFAULT_CASES)
     args.precisions = args.precisions or ",".join(ALL_PRECISIONS)
     args.warmup = 5 if args.warmup is None else args.warmup
@@ -351,8 +406,8 @@ def build_plan(args: argparse.Namespace) -> list[Row]:
         contenders += [c for c in ("biomoe-loop-compile", "biomoe-cli-compile") if c not in contenders]
     if args.layer_ablation:
         contenders += [f"{ABLATION_PREFIX}{c.split('_')[0]} only]" for c in LAYER_COMPONENTS]
-    if args.steps < 1 or args.warmup < 0:
-        raise ValueError("--steps must be >= 1 and --warmup >= 0")
+    if args.steps < 1 or args.warmup < 0 or args.repeats < 1:
+        raise ValueError("--steps and --repeats must be >= 1 and --warmup >= 0")
     return select_rows(plan_rows(cases, contenders, precisions, variant_precisions), _split(args.rows))
 
 
@@ -382,20 +437,29 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         print("biomoe bench: error: needs a CUDA GPU (it times GPU training and inference)", file=sys.stderr)
         return 2
-    config_path = Path(args.config).resolve()
-    if not config_path.is_file():
+    config_path = Path(args.config).resolve() if args.config else None
+    if config_path is not None and not config_path.is_file():
         print(f"biomoe bench: error: {args.config}: no such config", file=sys.stderr)
         return 2
+    fasta = None if args.fasta == "random" else Path(args.fasta) if args.fasta else default_fasta()
+    if fasta is not None and not fasta.is_file():
+        print(f"biomoe bench: error: --fasta {fasta}: no such file", file=sys.stderr)
+        return 2
     out = Path(args.out)
-    loop_backend = args.loop_backend or config_expert_backend(read_config(config_path))
-    ctx = BenchContext(device, config_path, args.warmup, args.steps, loop_backend, args.independent_init)
+    ctx = BenchContext(device, config_path, args.warmup, args.steps, args.loop_backend, args.independent_init,
+                       fasta)
     unsupported = precision_support(device, sorted({row.precision for row in rows}))
     command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "biomoe.bench",
                                                 *(sys.argv[1:] if argv is None else argv)])
-    settings = {"warmup_steps": args.warmup, "timed_steps": args.steps, "config": str(args.config),
-                "loop_expert_backend": loop_backend, "tokens": "random A/C/G/T ids (seed 0), the same "
-                "batch every step for every contender of a shape", "lr": "1e-4 for HF and biomoe-loop; "
-                "the config's schedule for biomoe-cli"}
+    tokens = ("random A/C/G/T ids (seed 0)" if fasta is None else
+              f"windows of {fasta.name} at offsets drawn with seed 0")
+    settings = {"warmup_steps": args.warmup, "timed_steps": args.steps, "repeats": args.repeats,
+                "config": str(args.config) if args.config else {s: f"configs/{c}" for s, c in SHAPE_RECIPES.items()},
+                "fasta": None if fasta is None else str(fasta),
+                "loop_expert_backend": args.loop_backend or "the shape's config's", "tokens": f"{tokens}, the same "
+                "batch every step for every contender of a shape except biomoe-cli, which reads the genome through "
+                "its GenomeDataModule", "lr": "1e-4 for HF and biomoe-loop; the config's schedule for biomoe-cli",
+                "interleaving": "within a shape, every row runs once per round, rounds repeated --repeats times"}
     contenders = {name: contender_about(name) for name in dict.fromkeys(r.contender for r in rows)}
     env = environment(device)
     started = time.time()
@@ -408,26 +472,41 @@ def main(argv: list[str] | None = None) -> int:
         write_report(out, report, with_chart=final)
 
     if rows:
-        print(f"biomoe bench: {len(rows)} rows -> {out}/bench.json", flush=True)
-    for index, row in enumerate(rows, 1):
-        if row.precision in unsupported:
-            record = BenchRecord.for_row(row, status="skipped", error=unsupported[row.precision])
-        else:
-            record = measure(row, ctx)
-        records.append(record)
-        shape_done = index == len(rows) or rows[index].shape.case != row.shape.case
-        save(final=shape_done)  # the chart once per finished shape: a run cut short still has one
-        ratio = "" if record.ratio_vs_hf_bf16_fused is None else f"{record.ratio_vs_hf_bf16_fused:5.2f}x"
-        print(f"[{index}/{len(rows)}] {row.id:55s} {record.status:7s} "
-              f"{(record.tokens_per_s or 0):10.0f} tok/s {ratio:6s} peak {(record.peak_mem_gb or 0):6.1f} GB "
-              f"({record.wall_s or 0:.0f} s){'  ' + record.error[:160] if record.error and record.status != 'skipped' else ''}",
-              flush=True)
+        print(f"biomoe bench: {len(rows)} rows x {args.repeats} runs -> {out}/bench.json", flush=True)
+    cases = list(dict.fromkeys(row.shape.case for row in rows))
+    for case in cases:
+        case_rows = [row for row in rows if row.shape.case == case]
+        runs: dict[str, list[BenchRecord]] = {row.id: [] for row in case_rows}
+        first_index = len(records)
+        for round_index in range(args.repeats):
+            for row in case_rows:
+                if row.precision in unsupported:
+                    if round_index == 0:
+                        runs[row.id].append(BenchRecord.for_row(row, status="skipped", error=unsupported[row.precision]))
+                    continue
+                record = measure(row, ctx)
+                runs[row.id].append(record)
+                print(f"[{case} run {round_index + 1}/{args.repeats}] {row.id:55s} {record.status:7s} "
+                      f"{(record.tokens_per_s or 0):10.0f} tok/s peak {(record.peak_mem_gb or 0):6.1f} GB "
+                      f"({record.wall_s or 0:.0f} s){'  ' + record.error[:160] if record.error and record.status != 'skipped' else ''}",
+                      flush=True)
+            # after every round: a run cut short keeps the rounds that finished
+            del records[first_index:]
+            records.extend(combine_runs(runs[row.id]) for row in case_rows if runs[row.id])
+            save(final=round_index == args.repeats - 1)
+        for record in records[first_index:]:
+            ratio = "" if record.ratio_vs_hf_bf16_fused is None else f"{record.ratio_vs_hf_bf16_fused:5.2f}x"
+            spread = ("" if not record.tokens_per_s_range else
+                      f" [{record.tokens_per_s_range[0]:.0f}-{record.tokens_per_s_range[1]:.0f}]")
+            print(f"{record.id:55s} {record.status:7s} median {(record.tokens_per_s or 0):10.0f} tok/s{spread} {ratio}",
+                  flush=True)
     ctx.inits.clear()
     extra: dict[str, Any] = {}
     if args.profile:
         extra["profiles"] = profile_contenders(args, ctx, rows)
     if args.sweep:
-        extra["seq_sweep"] = seq_sweep(ctx, args.sweep_start, args.sweep_max, loop_backend)
+        extra["seq_sweep"] = seq_sweep(ctx, args.sweep_start, args.sweep_max,
+                                       ctx.expert_backend(SHAPES["dna-small"]))
     if rows or extra:  # --inference-only leaves an earlier bench.json as it is
         save(final=True, extra=extra)
         print((out / "bench.md").read_text())

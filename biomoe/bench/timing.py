@@ -27,12 +27,18 @@ PEAK_BF16_TFLOPS = 790.0
 
 
 class StepClock:
-    """Start and end marks per step; :meth:`step_ms` turns them into per-step times."""
+    """Start and end marks per step; :meth:`step_ms` turns them into per-step times.
+
+    Beside the device marks it keeps the host clock at each start and end: :meth:`host_ms` is how
+    long the Python thread spent issuing a step. When that is close to the step time the step is
+    host-bound (the GPU waits for launches); when it is much shorter the GPU is the limit."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.starts: list = []
         self.ends: list = []
+        self.host_starts: list[float] = []
+        self.host_ends: list[float] = []
 
     def _mark(self):
         if self.cuda:
@@ -42,10 +48,17 @@ class StepClock:
         return time.perf_counter()
 
     def start(self) -> None:
+        self.host_starts.append(time.perf_counter())
         self.starts.append(self._mark())
 
     def end(self) -> None:
         self.ends.append(self._mark())
+        self.host_ends.append(time.perf_counter())
+
+    def host_ms(self, warmup: int, steps: int) -> list[float]:
+        """Host time from each step's start to its end (no synchronisation added)."""
+        last = min(warmup + steps, len(self.host_starts), len(self.host_ends))
+        return [(self.host_ends[i] - self.host_starts[i]) * 1e3 for i in range(warmup, last)]
 
     def _elapsed_ms(self, a, b) -> float:
         return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
@@ -68,6 +81,35 @@ class StepClock:
             torch.cuda.synchronize()
         last = min(warmup + steps, len(self.starts), len(self.ends))
         return [self._elapsed_ms(self.starts[i], self.ends[i]) for i in range(warmup, last)]
+
+
+class KernelCounter:
+    """GPU kernels launched between :meth:`start` and :meth:`stop` (torch.profiler, CUDA activity
+    only); ``None`` on a CPU. Used on a step that is not timed: the profiler slows the host."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.enabled = device.type == "cuda"
+        self._profiler = None
+        self.kernels: int | None = None
+
+    def start(self) -> None:
+        if self.enabled and self._profiler is None and self.kernels is None:
+            from torch.profiler import ProfilerActivity, profile
+
+            self._profiler = profile(activities=[ProfilerActivity.CUDA])
+            self._profiler.__enter__()
+
+    def stop(self) -> None:
+        if self._profiler is None:
+            return
+        torch.cuda.synchronize()
+        profiler, self._profiler = self._profiler, None
+        profiler.__exit__(None, None, None)
+        try:
+            self.kernels = sum(1 for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                               and not e.name.startswith(("Memcpy", "Memset")))
+        except Exception:  # a profiler that cannot run here leaves the count out, never the row
+            self.kernels = None
 
 
 @dataclass
@@ -140,6 +182,8 @@ def make_train_step(contender: Contender, ids: torch.Tensor, labels: torch.Tenso
 class LoopTiming:
     step_ms: list[float]
     losses: list[float]
+    host_ms: list[float] | None = None
+    kernels_per_step: int | None = None
 
 
 def time_training(contender: Contender, ids: torch.Tensor, labels: torch.Tensor, warmup: int,
@@ -148,10 +192,15 @@ def time_training(contender: Contender, ids: torch.Tensor, labels: torch.Tensor,
     closes the last timed step). Losses stay on the device until the end: no sync in the loop."""
     train_step = make_train_step(contender, ids, labels, lr)
     clock = StepClock(ids.device)
+    kernels = KernelCounter(ids.device)
     losses: list[torch.Tensor] = []
-    for _ in range(warmup + steps + 1):
+    total = warmup + steps + 1
+    for index in range(total):
         clock.start()
+        if index == total - 1:  # the closing step is not timed: count its kernels
+            kernels.start()
         losses.append(train_step().detach())
         clock.end()
+    kernels.stop()
     step_ms = clock.step_ms(warmup, steps)
-    return LoopTiming(step_ms, [float(v) for v in losses])
+    return LoopTiming(step_ms, [float(v) for v in losses], clock.host_ms(warmup, steps), kernels.kernels)
