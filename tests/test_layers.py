@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("parallel", "backends"),
     ("checkpoint",),
     ("model",),
-    ("compat", "files", "errors", "progress", "precisions", "checks"),
+    ("compat", "files", "errors", "progress", "precisions", "checks", "resources"),
 ]
 """Top to bottom: a node may import its own layer and the layers below it, never one above."""
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from biomoe.cli.arguments import (CommandParser, add_checkpoint_argument, add_de
 from biomoe.data.contig_names import ContigNameError, ContigNames
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
+from biomoe.resources import host_memory_bytes
 from biomoe.files import atomic_write, check_outputs
 from biomoe.progress import progress_bar
 
@@ -133,11 +133,8 @@ def check_output_size(num_samples: int, length: int) -> None:
     """Samples are held in memory until the FASTA is written (a byte per base, and a token id per
     base while sampling): more than the machine has is one line now, not the allocator's traceback."""
     needed = num_samples * length * 9
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # not on this platform: nothing to compare with
-        return
-    if needed > memory:
+    memory = host_memory_bytes()
+    if memory is not None and needed > memory:
         raise GenomeInputError(None, f"--num-samples {num_samples:,} x --length {length:,} bases need about "
                                      f"{needed / 1e9:,.0f} GB, more than this machine's {memory / 1e9:,.0f} GB; "
                                      "generate fewer or shorter samples per run")

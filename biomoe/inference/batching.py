@@ -18,7 +18,6 @@ every token on its own (no capacity limit), so padding changes no real position'
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections import deque
@@ -33,6 +32,7 @@ from torch import Tensor
 from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import N_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
+from biomoe.resources import host_memory_bytes
 
 __all__ = ["DEFAULT_BATCH_TOKENS", "Window", "WindowBatch", "batches_for", "check_window_memory", "default_batch_tokens", "genome_windows", "pack_windows",
            "prefetch", "run_batches"]
@@ -239,14 +239,8 @@ def check_window_memory(window: int, model: torch.nn.Module, longest: int | None
         device = torch.device("cpu")
     per_token = 4 * (8 * config.hidden_size + 3 * config.top_k * config.ffn_hidden_size + config.vocab_size)
     needed = tokens * per_token + (4 * config.num_heads * tokens * tokens if device.type == "cpu" else 0)
-    if device.type == "cuda":
-        available = torch.cuda.mem_get_info(device)[1]
-    else:
-        try:
-            available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):  # not on this platform: nothing to compare with
-            return
-    if needed > available:
+    available = torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else host_memory_bytes()
+    if available is not None and needed > available:
         raise GenomeInputError(None, f"{option} {window:,}: one window needs at least {needed / 1e9:,.0f} GB on "
                                      f"{device.type}, more than its {available / 1e9:,.0f} GB; use a shorter {option} "
                                      "(the training length is the default)")
