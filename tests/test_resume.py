@@ -23,6 +23,11 @@ from biomoe.data.datamodule import GenomeDataModule, ResumableBatchSampler
 ROOT = Path(__file__).resolve().parents[1]
 STOP = 11  # 64 windows / batch 8 = 8 batches per epoch: step 11 is mid-epoch 1, after a validation
 
+EVERY_STOP = f'every_n_train_steps: {STOP}, save_top_k: -1, filename: "{{step}}"'
+"""A checkpoint at step STOP (the resume tests start from it)."""
+SAVE_LAST = "save_last: true, save_top_k: 0"
+"""last.ckpt only: what SaveOnSigterm writes into when the run is stopped."""
+
 RUN_YAML = """
 trainer:
   max_steps: 20
@@ -33,7 +38,7 @@ trainer:
   logger: false
   callbacks:
     - class_path: lightning.pytorch.callbacks.ModelCheckpoint
-      init_args: {{every_n_train_steps: {stop}, save_top_k: -1, filename: "{{step}}"}}
+      init_args: {{{checkpoint}}}
     - class_path: helpers.recorder.StepRecorder
       init_args: {{path: {record}}}
 model:
@@ -48,7 +53,7 @@ data:
 def _fit(tmp: Path, name: str, *extra: str) -> list[dict]:
     record = tmp / f"{name}.jsonl"
     cfg = tmp / f"{name}.yaml"
-    cfg.write_text(RUN_YAML.format(stop=STOP, record=record, fasta=ROOT / "data/lambda_virus.fa.gz"))
+    cfg.write_text(RUN_YAML.format(checkpoint=EVERY_STOP, record=record, fasta=ROOT / "data/lambda_virus.fa.gz"))
     code = main(["fit", "--config", str(ROOT / "configs/tiny.yaml"), "--config", str(cfg),
                  "--trainer.default_root_dir", str(tmp / name), *extra])
     assert code == 0
@@ -75,28 +80,6 @@ def test_resume_mid_epoch_is_bit_exact(tmp_path: Path) -> None:
         assert row["rng"] == expected["rng"], f"step {row['step']}: global RNG differs"
 
 
-SIGTERM_YAML = """
-trainer:
-  max_steps: 20
-  limit_val_batches: 2
-  val_check_interval: 7
-  log_every_n_steps: 1
-  enable_model_summary: false
-  logger: false
-  callbacks:
-    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
-      init_args: {{save_last: true, save_top_k: 0}}
-    - class_path: helpers.recorder.StepRecorder
-      init_args: {{path: {record}}}
-model:
-  config: {{router_bias_update_rate: 0.01}}
-  optim: {{max_steps: 20}}
-data:
-  fasta: {fasta}
-  max_train_windows: 64
-"""
-
-
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_that_resumes_bit_exactly(tmp_path: Path) -> None:
     """What a scheduler does: SIGTERM mid-fit, then the same command again. The first run stops at
@@ -105,7 +88,7 @@ def test_sigterm_saves_a_checkpoint_that_resumes_bit_exactly(tmp_path: Path) -> 
     full = _fit(tmp_path, "full")
     record = tmp_path / "stopped.jsonl"
     cfg = tmp_path / "stopped.yaml"
-    cfg.write_text(SIGTERM_YAML.format(record=record, fasta=ROOT / "data/lambda_virus.fa.gz"))
+    cfg.write_text(RUN_YAML.format(checkpoint=SAVE_LAST, record=record, fasta=ROOT / "data/lambda_virus.fa.gz"))
     command = [sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(ROOT / "configs/tiny.yaml"),
                "--config", str(cfg), "--trainer.default_root_dir", str(tmp_path / "stopped"),
                "--ckpt_path", "last"]
@@ -183,7 +166,7 @@ def test_lightning_distributed_sampler_injection_keeps_resumable_batches(tmp_pat
 def test_ctrl_c_mid_fit_is_exit_130_in_one_line(tmp_path: Path) -> None:
     """Ctrl-C is the user's stop, not a scheduler's: exit 130, one line, no traceback."""
     cfg = tmp_path / "run.yaml"
-    cfg.write_text(SIGTERM_YAML.format(record=tmp_path / "r.jsonl", fasta=ROOT / "data/lambda_virus.fa.gz"))
+    cfg.write_text(RUN_YAML.format(checkpoint=SAVE_LAST, record=tmp_path / "r.jsonl", fasta=ROOT / "data/lambda_virus.fa.gz"))
     result = subprocess.run([sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(ROOT / "configs/tiny.yaml"),
                              "--config", str(cfg), "--trainer.default_root_dir", str(tmp_path / "run"),
                              "--trainer.callbacks+", "helpers.signals.SignalAtStep", "--trainer.callbacks.step", "3",

@@ -199,19 +199,23 @@ def verify_checkpoint(path: str | os.PathLike[str], config: Any = None, shapes: 
 
 
 def resolve_checkpoint_alias(alias: str, folders: list[str | os.PathLike[str]],
-                             announce: Callable[[str], None] | None = say_on_stderr) -> str:
+                             announce: Callable[[str], None] | None = say_on_stderr,
+                             missing_ok: bool = False) -> str | None:
     """The file ``--ckpt_path best|last`` means for validate/test/predict, in a fresh process.
 
     Lightning resolves these from the running trainer's ModelCheckpoint, which in a new process has
     seen nothing. Here they mean what a user expects after ``fit``, by the same rule as a run folder
     (:mod:`biomoe.checkpoint.run_folder`) over the run's folders (``ModelCheckpoint.dirpath``, the
     logger's ``save_dir``, ``trainer.default_root_dir``): ``last`` is the newest ``last*.ckpt``,
-    ``best`` the best by the monitored metric, else the last. No checkpoint at all is one line.
+    ``best`` the best by the monitored metric, else the last. No checkpoint at all is one line,
+    or None with ``missing_ok`` (``fit --ckpt_path last`` of a job's first start).
     """
     roots = [Path(f) for f in dict.fromkeys(os.fspath(f) for f in folders if f)]
     found = checkpoints_under(roots)
     where = ", ".join(str(r) for r in roots) or "the run folder"
     lasts = [p for p in found if p.name.startswith("last")]
+    if missing_ok and not (lasts if alias == "last" else found):
+        return None
     if alias == "last":
         if not lasts:
             raise GenomeInputError(None, f"ckpt_path: 'last': no last*.ckpt under {where}; run fit first or give "

@@ -27,7 +27,7 @@ from biomoe.checkpoint.hparams import model_config_from
 from biomoe.checkpoint.read import read_checkpoint, refusal
 from biomoe.checkpoint.safe_types import trusted
 from biomoe.checkpoint.records import training_data_settings
-from biomoe.checkpoint.run_folder import checkpoints_under, resolve_checkpoint
+from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.checkpoint.save import AtomicCheckpointIO
 from biomoe.checkpoint.verify import (check_checkpoint_file, check_shapes, check_structure, resolve_checkpoint_alias,
                                       verify_checkpoint)
@@ -338,11 +338,11 @@ class BioMoECLI(LightningCLI):
         newest ``last*.ckpt`` of the whole run folder, so one command serves a job's first start
         and every restart after a SIGTERM; with none yet, training starts from step 0 and says so."""
         folders = self._run_folders()
-        if not any(p.name.startswith("last") for p in checkpoints_under([Path(f) for f in folders])):
+        chosen = resolve_checkpoint_alias("last", folders, missing_ok=True)
+        if chosen is None:
             print(f"biomoe: warning: ckpt_path 'last': no last*.ckpt under {', '.join(dict.fromkeys(folders))} "
                   "yet; training from the start", file=sys.stderr)
-            return None
-        return resolve_checkpoint_alias("last", folders)
+        return chosen
 
     def _verify_ckpt(self, path: str) -> None:
         """The checkpoint's tensors against the model about to be built (its config, now merged
