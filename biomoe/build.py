@@ -117,7 +117,7 @@ def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
     if runtime.activation_checkpointing:
         apply_activation_checkpointing(model)
     if runtime.compile:
-        apply_compile(model)
+        apply_compile(model, **({} if runtime.compile_mode == "default" else {"mode": runtime.compile_mode}))
     if plan is not None:
         apply_data_parallelism(model, plan)
     if any(p.is_meta for p in model.parameters()):

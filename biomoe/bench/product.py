@@ -86,6 +86,19 @@ CLI_VARIANTS: dict[str, CliVariant] = {
         "the shipped config with model.runtime.compile=true: every block through torch.compile, "
         "Transformer Engine calls left eager (compilation falls in the warm-up steps)",
         extra_args=("--model.runtime.compile=true",)),
+    "biomoe-cli-graphs": CliVariant(
+        "biomoe-cli with model.runtime.compile=true and compile_mode=reduce-overhead: each block compiled "
+        "and replayed as CUDA graphs where its kernels are traceable", genome_data=True,
+        extra_args=("--model.runtime.compile=true", "--model.runtime.compile_mode=reduce-overhead")),
+    "biomoe-cli-graphs-torch": CliVariant(
+        "biomoe-cli-graphs with torch norm, attention, router and dispatch kernels (no TE call inside a "
+        "block, so each block is one graph)", genome_data=True,
+        extra_args=("--model.runtime.compile=true", "--model.runtime.compile_mode=reduce-overhead",
+                    "--model.runtime.norm_backend=torch", "--model.runtime.attention_backend=torch",
+                    "--model.runtime.router_backend=torch", "--model.runtime.dispatch_backend=torch")),
+    "biomoe-cli-bf16-true": CliVariant(
+        "biomoe-cli with trainer.precision=bf16-true: bf16 weights, fp32 master weights in the optimizer "
+        "(for recipes that train bf16-mixed)", extra_args=("--trainer.precision=bf16-true",), genome_data=True),
     "biomoe-cli-bf16-mixed": CliVariant(
         "the shipped config with trainer.precision=bf16-mixed: fp32 weights cast by autocast at every op",
         extra_args=("--trainer.precision=bf16-mixed",)),
@@ -297,12 +310,13 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
                        checkpoint_writes="discarded (after the timed steps)")
         if variant.genome_data:
             details["data"] = f"GenomeDataModule on {fasta or BUNDLED_FASTA} (the config's loader settings)"
-            fit_inputs: dict[str, Any] = {"datamodule": datamodule}
         else:
+            # The data module stays (callbacks such as TrainingLength read it); only its training
+            # loader is replaced.
             details["data"] = "the benchmark's token batch, repeated from memory"
-            fit_inputs = {"train_dataloaders": token_loader(ids, labels, total)}
+            datamodule.train_dataloader = lambda: token_loader(ids, labels, total)
         try:
-            trainer.fit(model, **fit_inputs)
+            trainer.fit(model, datamodule=datamodule)
         except TimedStepsDone:
             pass
         for callback in (timer, timer.end_mark):  # they outlive the fit: let go of the module

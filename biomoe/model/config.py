@@ -240,6 +240,11 @@ class RuntimeConfig:
     Engine calls stay eager (the compiler works around them). Worth it for wide models (hidden 4096
     measured faster on an H200; see docs/benchmarks.md); small ones whose step is bound by the host
     get slower."""
+    compile_mode: str = checked("default", choice("default", "reduce-overhead", "max-autotune",
+                                                  "max-autotune-no-cudagraphs"))
+    """torch.compile's mode for ``compile``: reduce-overhead replays each compiled block as a CUDA
+    graph (fewer kernel launches for steps bound by the host; the blocks' kernels must all be
+    traceable, so with TE layer kernels the graphs split around them)."""
     activation_checkpointing: bool = checked(False, boolean())
     """Recompute each block in backward: long contexts (hundreds of kilobases on one GPU) for about
     a third more compute."""
