@@ -24,6 +24,16 @@ def test_runtime_settings_are_applied_in_order_and_keep_state_dict_keys():
     assert set(built.state_dict()) == set(plain.state_dict())
 
 
+def test_the_compile_mode_reaches_every_blocks_compile(monkeypatch):
+    seen = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kwargs: seen.append(kwargs))
+    build_model(tiny(), RuntimeConfig(compile=True, compile_mode="reduce-overhead"), "cpu")
+    assert seen == [{"mode": "reduce-overhead"}] * tiny().num_layers
+    seen.clear()
+    build_model(tiny(), RuntimeConfig(compile=True), "cpu")  # torch's own default mode
+    assert seen == [{}] * tiny().num_layers
+
+
 def test_fp8_forward_creates_undtyped_tensors_in_fp32_under_bf16_true():
     """Lightning's bf16-true sets bf16 as the default dtype around the forward; under an FP8 recipe
     TE's scaling state must still be created in fp32, and the default is restored afterwards."""
