@@ -123,8 +123,8 @@ def cli_args(config_path: Path, shape: BenchShape, precision: str, max_steps: in
     """The command line (after ``cli.py fit``) that trains ``shape`` with the shipped config; the
     genome rows read ``fasta`` with the config's loader settings."""
     config = read_config(config_path)
-    data_args = ([f"--data.fasta={fasta or BUNDLED_FASTA}"] if variant.genome_data
-                 else [f"--data.fasta={BUNDLED_FASTA}", "--data.num_workers=0"])
+    # The repeated-batch rows build the same data module (callbacks read it), without loader workers.
+    data_args = [f"--data.fasta={fasta or BUNDLED_FASTA}", *([] if variant.genome_data else ["--data.num_workers=0"])]
     args = [f"--config={config_path}",
             f"--trainer.max_steps={max_steps}",
             f"--trainer.accelerator={accelerator}",
