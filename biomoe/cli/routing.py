@@ -2,7 +2,9 @@
 
 What is counted, and what the JSON holds, is described in :mod:`biomoe.genomics.routing`; the
 heatmaps are drawn by :mod:`biomoe.genomics.routing_plot`. ``--from_json`` redraws them from a
-JSON file this command wrote, without the model.
+JSON file this command wrote, without the model. ``--features`` adds the genomic classes of the
+routed bases (:mod:`biomoe.genomics.routing_features`): opt-in because calling the genes of a
+genome (pyrodigal) takes seconds per 5 Mb, longer than routing its windows on a GPU.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from biomoe.cli.arguments import CommandParser, positive_int
@@ -17,7 +20,7 @@ from biomoe.data.fasta import file_labels, resolve_fasta_paths
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import check_outputs, commit_together
-from biomoe.genomics.routing_plot import plot_routing, require_matplotlib
+from biomoe.genomics.routing_plot import features_plot_path, plot_features, plot_routing, require_matplotlib
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]
@@ -45,8 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plot", type=Path, default=None,
                         help="heatmap PNG, one panel per MoE layer (default: --out with .png)")
     parser.add_argument("--no_plot", "--no-plot", action="store_true", help="write the JSON only")
+    parser.add_argument("--features", action="store_true",
+                        help="also count assignments per genomic class of the routed base (coding or not, codon "
+                             "position and gene strand from Prodigal gene calls, window GC bin, species) and draw "
+                             "experts x classes enrichment beside --plot as <plot>-features.png; gene calling "
+                             "takes a few seconds per 5 Mb genome. With --from_json: the JSON must hold them")
     parser.add_argument("--from_json", "--from-json", type=Path, default=None,
-                        help="draw --plot from a JSON this command wrote, without the model")
+                        help="draw --plot (and <plot>-features.png if the JSON holds genomic classes) from a "
+                             "JSON this command wrote, without the model")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: cuda where available (default %(default)s)")
     parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bar on stderr")
@@ -71,9 +80,17 @@ def _replot(args: argparse.Namespace) -> int:
     from biomoe.genomics.routing import read_report  # imports torch: only once the command runs
 
     require_matplotlib()
-    check_outputs([args.plot], [args.from_json])
-    plot_routing(read_report(args.from_json), args.plot)
-    print(f"wrote {args.plot}")
+    report = read_report(args.from_json)
+    if args.features and "features" not in report:
+        raise GenomeInputError(args.from_json, "holds no genomic classes (it was written without --features)")
+    plots = [args.plot] + ([features_plot_path(args.plot)] if "features" in report else [])
+    check_outputs(plots, [args.from_json])
+    with commit_together(plots) as outputs:  # both figures of one result, or neither
+        plot_routing(report, outputs.temp(args.plot), atomic=False)
+        if len(plots) > 1:
+            plot_features(report, outputs.temp(plots[1]), atomic=False)
+    for path in plots:
+        print(f"wrote {path}")
     return 0
 
 
@@ -90,6 +107,7 @@ def main(argv: list[str]) -> int:
     if not args.ckpt_path or not args.fasta:
         raise GenomeInputError(None, "routing needs --ckpt_path and --fasta (or --from_json to redraw a result)")
     plot = None if args.no_plot else (args.plot or args.out.with_suffix(".png"))
+    features_plot = features_plot_path(plot) if plot is not None and args.features else None
     ckpt = resolve_checkpoint(args.ckpt_path)  # a run folder -> its best checkpoint
     check_checkpoint_file(ckpt)
     paths = resolve_fasta_paths(args.fasta)  # folders -> their FASTA files
@@ -97,7 +115,11 @@ def main(argv: list[str]) -> int:
     genomes = [open_reader(path) for path in paths]  # validates every file before any work
     if plot is not None:
         require_matplotlib()
-    check_outputs([args.out, plot], [ckpt, *paths])
+    if args.features:
+        from biomoe.genomics.routing_features import genome_features, require_gene_caller
+
+        require_gene_caller()
+    check_outputs([args.out, plot, features_plot], [ckpt, *paths])
     device = _device(args.device)
     # The hooks count the choices of whichever router the build picked (TE's fused router gives the
     # torch router's choices; both route in fp32).
@@ -108,16 +130,25 @@ def main(argv: list[str]) -> int:
     results = []
     with progress_bar(len(genomes) * args.windows * seq_length, "routing", disable=args.no_progress) as bar:
         for genome, label in zip(genomes, labels):
+            features = None
+            if args.features:  # one genome's per-base states at a time: a genome's worth of memory
+                started = time.perf_counter()
+                features = genome_features(genome, label)
+                genes = f"{features.genes:,} gene{'' if features.genes == 1 else 's'}"
+                print(f"routing: {label}: {genes} ({features.mode} mode), {features.coding_fraction:.1%} of bases "
+                      f"coding ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
             with loaded.running():
                 results.append(genome_routing(model, counter, genome, label, args.windows, seq_length,
-                                              args.batch_size, progress=bar))
+                                              args.batch_size, progress=bar, features=features))
     report = routing_report(results, counter.layers, counter.num_experts, counter.top_k, seq_length, args.windows,
                             str(ckpt), shlex.join(["biomoe", "routing", *argv]))
-    # the JSON and its heatmap appear together, or (a failure drawing or writing either) neither changes
-    with commit_together([args.out] if plot is None else [args.out, plot]) as outputs:
+    # the JSON and its figures appear together, or (a failure drawing or writing any) none changes
+    with commit_together([p for p in (args.out, plot, features_plot) if p is not None]) as outputs:
         outputs.temp(args.out).write_text(to_json(report), encoding="utf-8")
         if plot is not None:
             plot_routing(report, outputs.temp(plot), atomic=False)
+        if features_plot is not None:
+            plot_features(report, outputs.temp(features_plot), atomic=False)
     print(f"wrote {args.out} ({len(results)} genomes, {len(report['species'])} species, "
           f"{len(counter.layers)} MoE layers)")
     summary = report["specificity"]
@@ -132,4 +163,6 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
     if plot is not None:
         print(f"wrote {plot}")
+    if features_plot is not None:
+        print(f"wrote {features_plot}")
     return 0

@@ -16,6 +16,12 @@ distributions of two genomes of the same species and of two genomes of different
 block and averaged over blocks. If genomes of one species route alike and species differ, the
 first is well below the second. The figure (:mod:`biomoe.genomics.routing_plot`) shows one
 heatmap per MoE block; ``--from_json`` redraws it from a JSON file without the model.
+
+With ``--features`` the hooks also count assignments per genomic class of the routed base (coding
+or not, codon position, gene strand, window GC; :mod:`biomoe.genomics.routing_features`) and the
+JSON gains a ``features`` section. Such a file is format ``biomoe-routing/2``; one without it is
+still written as ``biomoe-routing/1``, so a reader of the first format keeps reading it, and
+``--from_json`` reads both.
 """
 
 from __future__ import annotations
@@ -36,15 +42,20 @@ from torch import Tensor
 from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
+from biomoe.genomics.routing_features import NUM_CELLS, GenomeFeatures, features_report
 from biomoe.model.moe.router import RoutingResult, TopKRouter, expert_counts
 from biomoe.model.transformer import MoETransformer
 
-__all__ = ["MAX_AMBIGUOUS_FRACTION", "GenomeRouting", "RoutingCounter", "genome_routing", "jensen_shannon_bits",
-           "read_report", "routing_report", "species_of", "specificity", "to_json", "window_starts"]
+__all__ = ["FEATURES_FORMAT", "FORMAT", "MAX_AMBIGUOUS_FRACTION", "READABLE_FORMATS", "GenomeRouting",
+           "RoutingCounter", "genome_routing", "jensen_shannon_bits", "read_report", "routing_report", "species_of",
+           "specificity", "to_json", "window_starts"]
 
 MAX_AMBIGUOUS_FRACTION = 0.5
 """A window with more non-ACGT bases than this ("mostly N": assembly gaps) is skipped."""
 FORMAT = "biomoe-routing/1"
+FEATURES_FORMAT = "biomoe-routing/2"
+"""Format 1 plus the ``features`` section."""
+READABLE_FORMATS = (FORMAT, FEATURES_FORMAT)
 
 
 def species_of(label: str) -> str:
@@ -73,7 +84,10 @@ class RoutingCounter:
     The hook reads the :class:`~biomoe.model.moe.router.RoutingResult` the router returns, so it
     counts what the dispatcher acts on, for the torch router and for any subclass of it (the
     Transformer Engine fused router included) alike; no router is swapped or re-run. The model
-    reads ``<bos>`` + bases, so the first position of every row is dropped before counting.
+    reads ``<bos>`` + bases, so the first position of every row is dropped before counting: the
+    router's choice at input position ``i`` >= 1 is the choice for base ``i - 1`` of the window.
+    Given one cell per base (:mod:`biomoe.genomics.routing_features`), :meth:`run` also counts the
+    assignments per (cell, expert) in :attr:`cell_counts`.
     """
 
     def __init__(self, model: MoETransformer) -> None:
@@ -86,11 +100,14 @@ class RoutingCounter:
         self.num_experts = model.config.num_experts
         self.top_k = model.config.top_k
         self.row_length: int | None = None
+        self.cells: Tensor | None = None  # [rows, bases] cell of every base of the batch being run
         self.counts: dict[int, Tensor] = {}
+        self.cell_counts: dict[int, Tensor] = {}
         self.reset()
 
     def reset(self) -> None:
         self.counts = {i: torch.zeros(self.num_experts, dtype=torch.int64) for i in self.layers}
+        self.cell_counts = {i: torch.zeros(NUM_CELLS, self.num_experts, dtype=torch.int64) for i in self.layers}
 
     def _hook(self, layer: int):
         def count(module: TopKRouter, inputs: tuple[Tensor, ...], routing: RoutingResult) -> None:
@@ -98,6 +115,10 @@ class RoutingCounter:
             if self.row_length is not None:  # [rows * positions, k] -> the base positions only
                 indices = indices.reshape(-1, self.row_length, indices.shape[-1])[:, 1:]
             self.counts[layer] += expert_counts(indices, self.num_experts).cpu()
+            if self.cells is not None:  # one (cell, expert) pair per assignment, counted in one scatter-add
+                pairs = self.cells[:, :, None] * self.num_experts + indices.long()
+                self.cell_counts[layer] += expert_counts(pairs, NUM_CELLS * self.num_experts).cpu().reshape(
+                    NUM_CELLS, self.num_experts)
         return count
 
     @contextmanager
@@ -110,14 +131,20 @@ class RoutingCounter:
                 handle.remove()
 
     @torch.no_grad()
-    def run(self, model: MoETransformer, input_ids: Tensor) -> None:
-        """One forward pass over ``input_ids`` [rows, 1 + bases] (``<bos>`` first) while counting."""
+    def run(self, model: MoETransformer, input_ids: Tensor, cells: Tensor | None = None) -> None:
+        """One forward pass over ``input_ids`` [rows, 1 + bases] (``<bos>`` first) while counting;
+        ``cells`` [rows, bases], if given, is the cell of every base (not of ``<bos>``)."""
+        if cells is not None and tuple(cells.shape) != (input_ids.shape[0], input_ids.shape[1] - 1):
+            raise ValueError(f"cells {tuple(cells.shape)} do not match the bases of input_ids "
+                             f"{tuple(input_ids.shape)} (<bos> first)")
         self.row_length = int(input_ids.shape[1])
+        self.cells = None if cells is None else cells.to(input_ids.device)
         try:
             with self.attached():
                 model(input_ids, return_logits=False)
         finally:
             self.row_length = None
+            self.cells = None
 
 
 @dataclass
@@ -129,12 +156,16 @@ class GenomeRouting:
     windows: int
     skipped_windows: int
     counts: dict[int, list[int]]
+    features: dict[str, Any] | None = None
+    """With gene calls: their summary and "cells", per block the counts [cell][expert]."""
 
 
 @torch.no_grad()
 def genome_routing(model: MoETransformer, counter: RoutingCounter, genome: SequenceReader, label: str, windows: int,
-                   seq_length: int, batch_size: int, progress=None) -> GenomeRouting:
-    """Routing counts of one genome over its evenly spread windows (see :func:`window_starts`)."""
+                   seq_length: int, batch_size: int, progress=None,
+                   features: GenomeFeatures | None = None) -> GenomeRouting:
+    """Routing counts of one genome over its evenly spread windows (see :func:`window_starts`);
+    with ``features`` (its gene calls), the counts per (cell, expert) too."""
     tokenizer = NucleotideTokenizer()
     device = next(model.parameters()).device
     starts = window_starts([c.length for c in genome.contigs], seq_length, windows)
@@ -145,23 +176,31 @@ def genome_routing(model: MoETransformer, counter: RoutingCounter, genome: Seque
     counter.reset()
     used = skipped = 0
     for first in range(0, len(starts), batch_size):
-        rows = []
+        rows, cells = [], []
         for contig, start in starts[first:first + batch_size]:
-            ids = tokenizer.encode(genome.fetch(contig, start, start + seq_length), add_bos=True)
+            bases = genome.fetch(contig, start, start + seq_length)
+            ids = tokenizer.encode(bases, add_bos=True)
             if 1.0 - NucleotideTokenizer.unambiguous_mask(ids[1:]).mean() > MAX_AMBIGUOUS_FRACTION:
                 skipped += 1
             else:
                 rows.append(ids)
+                if features is not None:
+                    cells.append(features.window_cells(contig, start, bases))
         if rows:
-            counter.run(model, torch.from_numpy(np.stack(rows)).to(device))
+            counter.run(model, torch.from_numpy(np.stack(rows)).to(device),
+                        torch.from_numpy(np.stack(cells)) if features is not None else None)
             used += len(rows)
         if progress is not None:
             progress.update(seq_length * len(starts[first:first + batch_size]))
     if used == 0:
         raise GenomeInputError(genome.paths[0], f"all {len(starts)} windows are mostly N (more than "
                                                 f"{MAX_AMBIGUOUS_FRACTION:.0%} non-ACGT bases)")
+    summary = None
+    if features is not None:
+        summary = {**features.summary(), "cells": {layer: counts.tolist()
+                                                   for layer, counts in counter.cell_counts.items()}}
     return GenomeRouting(label, str(genome.paths[0]), used, skipped,
-                         {layer: [int(v) for v in counts] for layer, counts in counter.counts.items()})
+                         {layer: [int(v) for v in counts] for layer, counts in counter.counts.items()}, summary)
 
 
 # ------------------------------------------------------------------------------------- summary
@@ -201,7 +240,8 @@ def specificity(fractions: dict[str, dict[str, list[float]]], species: dict[str,
 
 def routing_report(results: list[GenomeRouting], layers: list[int], num_experts: int, top_k: int,
                    seq_length: int, windows: int, checkpoint: str, command: str) -> dict[str, Any]:
-    """Everything the JSON output holds (block indices as string keys, experts as list positions)."""
+    """Everything the JSON output holds (block indices as string keys, experts as list positions);
+    the ``features`` section when every result has gene calls."""
     keys = [str(layer) for layer in layers]
     genomes: dict[str, dict[str, Any]] = {}
     for result in results:
@@ -219,11 +259,18 @@ def routing_report(results: list[GenomeRouting], layers: list[int], num_experts:
         species.setdefault(entry["species"], []).append(label)
     species_means = {name: {key: np.mean([genomes[g]["fractions"][key] for g in members], axis=0).tolist()
                             for key in keys} for name, members in species.items()}
-    return {"format": FORMAT, "command": command, "checkpoint": checkpoint, "seq_length": seq_length,
-            "windows_requested": windows, "num_experts": num_experts, "top_k": top_k, "moe_layers": layers,
-            "genomes": genomes, "species": species, "species_mean_fractions": species_means,
-            "specificity": specificity({g: e["fractions"] for g, e in genomes.items()},
-                                       {g: e["species"] for g, e in genomes.items()}, keys)}
+    with_features = bool(results) and all(r.features is not None for r in results)
+    report = {"format": FEATURES_FORMAT if with_features else FORMAT, "command": command, "checkpoint": checkpoint,
+              "seq_length": seq_length, "windows_requested": windows, "num_experts": num_experts, "top_k": top_k,
+              "moe_layers": layers, "genomes": genomes, "species": species, "species_mean_fractions": species_means,
+              "specificity": specificity({g: e["fractions"] for g, e in genomes.items()},
+                                         {g: e["species"] for g, e in genomes.items()}, keys)}
+    if with_features:
+        report["features"] = features_report(
+            {r.label: {"species": genomes[r.label]["species"], "counts": genomes[r.label]["counts"],
+                       "features": {**r.features, "cells": {str(k): v for k, v in r.features["cells"].items()}}}
+             for r in results}, layers)
+    return report
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -232,7 +279,7 @@ def to_json(report: dict[str, Any]) -> str:
     return _NUMBER_LIST.sub(lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
 
 
-_NUMBER_LIST = re.compile(r"\[\s+([-+0-9.eE,\s]+?)\s+\]")
+_NUMBER_LIST = re.compile(r"\[\s+((?:[-+0-9.eE,\s]|null)+?)\s+\]")  # null: an undefined ratio
 
 
 def read_report(path: Path) -> dict[str, Any]:
@@ -243,6 +290,6 @@ def read_report(path: Path) -> dict[str, Any]:
         raise GenomeInputError(path, "no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise GenomeInputError(path, f"cannot read as JSON ({type(exc).__name__}: {exc})") from None
-    if not isinstance(report, dict) or report.get("format") != FORMAT:
+    if not isinstance(report, dict) or report.get("format") not in READABLE_FORMATS:
         raise GenomeInputError(path, "is not a routing result written by 'biomoe routing'")
     return report

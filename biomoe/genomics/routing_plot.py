@@ -1,4 +1,5 @@
-"""The routing figure: one heatmap per MoE block, genomes (grouped by species) by experts.
+"""The routing figures: one heatmap per MoE block, genomes (grouped by species) by experts; and,
+for a result with genomic classes, one heatmap per MoE block of experts by classes (enrichment).
 
 Kept apart from :mod:`biomoe.genomics.routing` so that the figure can be redrawn from the JSON
 alone (``--from_json``) and matplotlib, an optional dependency, is only imported to draw.
@@ -15,9 +16,13 @@ import numpy as np
 from biomoe.errors import GenomeInputError
 from biomoe.files import save_figure
 
-__all__ = ["grouped_rows", "plot_routing", "require_matplotlib"]
+__all__ = ["features_plot_path", "grouped_rows", "plot_features", "plot_routing", "require_matplotlib"]
 
 PANELS_PER_ROW = 4
+GROUP_TITLES = {"region": "region", "codon_position": "codon\n(coding)", "gene_strand": "strand\n(coding)",
+                "window_gc": "window GC", "species": "species"}
+MIN_LOG2_LIMIT = 0.25
+"""The colour scale spans at least +-this (log2): a model with no preference still shows as pale, not saturated."""
 
 
 def require_matplotlib() -> None:
@@ -91,6 +96,99 @@ def plot_routing(report: dict[str, Any], out_path: str | Path, dpi: int = 150, a
     bar.ax.tick_params(labelsize=7)
     fig.suptitle(f"Expert routing per genome (top-{report.get('top_k', '?')}, "
                  f"{report.get('windows_requested', '?')} windows x {report.get('seq_length', '?')} bp)", fontsize=10)
+    try:
+        if atomic:
+            save_figure(fig, out_path, dpi)
+        else:
+            fig.savefig(out_path, dpi=dpi)
+    finally:
+        plt.close(fig)
+    return Path(out_path)
+
+
+def features_plot_path(plot: str | Path) -> Path:
+    """Where the class figure goes: beside the routing heatmap, ``routing.png`` -> ``routing-features.png``."""
+    plot = Path(plot)
+    return plot.with_name(f"{plot.stem}-features{plot.suffix or '.png'}")
+
+
+def _feature_panels(report: dict[str, Any]) -> tuple[list[str], list[str], list[tuple[str, int, int]],
+                                                     dict[str, np.ndarray], int]:
+    """Layers, class labels (in group order), group blocks ``(group, first column, end column)``
+    and log2 enrichment [expert, class] per layer (NaN where undefined) of a report's features."""
+    try:
+        features = report["features"]
+        layers = [str(layer) for layer in report["moe_layers"]]
+        experts = int(report["num_experts"])
+        groups = list(features["groups"])
+        labels: list[str] = []
+        blocks: list[tuple[str, int, int]] = []
+        for group in groups:
+            names = [str(n) for n in features["groups"][group]]
+            blocks.append((group, len(labels), len(labels) + len(names)))
+            labels.extend(names)
+        data = {}
+        for layer in layers:
+            columns = []
+            for group in groups:
+                table = np.array(features["per_layer"][layer][group]["enrichment"], dtype=np.float64)  # None -> NaN
+                if table.shape != (experts, len(features["groups"][group])):
+                    raise ValueError(f"layer {layer} {group}: enrichment of shape {table.shape}")
+                columns.append(table)
+            with np.errstate(divide="ignore"):
+                data[layer] = np.log2(np.concatenate(columns, axis=1))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GenomeInputError(None, f"routing result has incomplete genomic classes ({type(exc).__name__}: {exc})"
+                               ) from None
+    return layers, labels, blocks, data, experts
+
+
+def plot_features(report: dict[str, Any], out_path: str | Path, dpi: int = 150, atomic: bool = True) -> Path:
+    """Draw, per MoE block, experts x genomic classes coloured by log2 enrichment (0: the expert
+    takes the class as often as the data offers it) and write it to ``out_path`` (atomically
+    unless ``atomic=False``, as :func:`plot_routing`). An expert that never took a class
+    (enrichment 0) is drawn at the bottom of the scale; an undefined ratio is grey."""
+    import matplotlib  # optional dependency
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import blended_transform_factory
+
+    layers, labels, blocks, data, experts = _feature_panels(report)
+    finite = [np.abs(v[np.isfinite(v)]) for v in data.values()]
+    limit = max([MIN_LOG2_LIMIT, *(float(v.max()) for v in finite if v.size)])
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.8")  # grey: an undefined ratio
+    cols = min(PANELS_PER_ROW, len(layers))
+    grid_rows = math.ceil(len(layers) / cols)
+    width = cols * (0.3 * len(labels) + 0.7) + 1.8
+    height = grid_rows * (0.28 * experts + 2.0) + 0.8
+    fig, axes = plt.subplots(grid_rows, cols, figsize=(width, height), squeeze=False, layout="constrained")
+    image = None
+    for index, ax in enumerate(axes.flat):
+        if index >= len(layers):
+            ax.set_axis_off()
+            continue
+        layer = layers[index]
+        values = np.where(np.isneginf(data[layer]), -limit, data[layer])  # never chosen: the bottom of the scale
+        image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-limit, vmax=limit, aspect="auto",
+                          interpolation="nearest")
+        ax.set_title(f"layer {layer}", fontsize=9, pad=24)
+        ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=90)
+        ax.set_yticks(range(experts), [str(e) for e in range(experts)] if index % cols == 0 else [], fontsize=7)
+        if index % cols == 0:
+            ax.set_ylabel("expert", fontsize=8)
+        to_axes = blended_transform_factory(ax.transData, ax.transAxes)
+        for group, first, end in blocks:
+            if first:
+                ax.axvline(first - 0.5, color="black", linewidth=1.0)
+            ax.text((first + end - 1) / 2, 1.01, GROUP_TITLES.get(group, group), transform=to_axes, fontsize=6,
+                    ha="center", va="bottom")
+    bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, pad=0.04)
+    bar.set_label("log2 enrichment (0: no preference)", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    fig.suptitle(f"What each expert routes: genomic classes (top-{report.get('top_k', '?')}, "
+                 f"{len(report.get('genomes', {}))} genomes, {report.get('windows_requested', '?')} windows x "
+                 f"{report.get('seq_length', '?')} bp)", fontsize=10)
     try:
         if atomic:
             save_figure(fig, out_path, dpi)
