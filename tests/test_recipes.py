@@ -205,3 +205,17 @@ def test_the_wheel_carries_the_recipes_and_they_run_outside_the_repository(tmp_p
     assert fit.returncode == 0, fit.stderr[-3000:]
     assert "validation bits/base" in fit.stdout
     assert list((elsewhere / "runs/tiny").rglob("last.ckpt"))
+
+
+def test_the_corpus_recipe_tests_on_exactly_the_held_out_genomes_of_the_split_file():
+    """configs/pretrain-corpus.yaml names its test genomes; data/corpus-splits.tsv decides them."""
+    import csv
+
+    import yaml
+
+    with open(ROOT / "data" / "corpus-splits.tsv", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    held_out = {Path(r["file"]).name.split(".")[0] for r in rows if r["split"] != "train"}
+    recipe = yaml.safe_load((ROOT / "configs" / "pretrain-corpus.yaml").read_text())
+    assert held_out and set(recipe["data"]["test_files"]) == held_out
+    assert recipe["data"]["fasta"] == ["data/large/corpus"]
