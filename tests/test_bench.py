@@ -189,7 +189,8 @@ def test_bench_runs_hf_the_bare_loop_and_the_product_path_and_writes_the_report(
         assert len(r["runs"]) == 2 and r["tokens_per_s_range"][0] <= r["tokens_per_s"] <= r["tokens_per_s_range"][1]
         assert r["tokens_per_s"] > 0 and r["steps_timed"] == 2 and r["shape"] == "tiny"
         assert r["tokens_per_step"] == 256 and r["ratio_vs_hf_bf16_fused"] > 0
-        assert {"mfu", "tflops", "peak_mem_gb"} <= set(r) and len(r["losses"]) == 4  # 1 + 2 + 1 closing step
+        assert {"mfu", "tflops", "peak_mem_gb"} <= set(r) and len(r["losses"]) == 5  # 1 + 2 + the drained and the counted step
+        assert r["host_ms"] > 0
     assert rows[("hf-bf16-fused", "bf16")]["ratio_vs_hf_bf16_fused"] == 1.0
     shipped = rows[("biomoe-cli", "bf16")]["details"]
     assert {"NonFiniteGuard", "RouterCollapseMonitor", "ModelCheckpoint"} <= set(shipped["callbacks"])
@@ -228,6 +229,6 @@ def test_a_product_row_ends_after_its_timed_steps_and_keeps_nothing_of_its_model
     ids = torch.randint(4, 8, (2, 64))
     run = run_cli(DEFAULT_CONFIG, parse_case("tiny").with_seq(64, 2), "bf16", ids, ids.clone(), 1, 2,
                   CLI_VARIANTS["biomoe-cli"])
-    assert len(run.losses) == 4 and len(run.step_ms) == 2
+    assert len(run.losses) == 5 and len(run.step_ms) == 2 and run.host_ms > 0
     assert run.details["optimizer"] == "AdamWWithMasterWeights" and "setup_s" in run.details
     assert alive() == before

@@ -182,7 +182,8 @@ class StepTimer(L.Callback):
     def __init__(self, device: torch.device, stop_after: int | None = None) -> None:
         self.clock = StepClock(device)
         self.kernels = KernelCounter(device)
-        """Counts the kernels of the closing step (the one after the last timed step)."""
+        """Counts the kernels of the last step; the one before it (it closes the last timed step)
+        is the step whose host time is taken with the device drained."""
         self.losses: list[torch.Tensor] = []
         self.end_mark = _EndMark(self)
         self.stop_after = stop_after
@@ -194,6 +195,8 @@ class StepTimer(L.Callback):
         if self.first_step_at is None:
             self.first_step_at = time.perf_counter()
         self.clock.start()
+        if self.stop_after is not None and len(self.clock.starts) == self.stop_after - 1:
+            self.clock.drained_start()
         if self.stop_after is not None and len(self.clock.starts) == self.stop_after:
             self.kernels.start()
 
@@ -215,6 +218,7 @@ class _EndMark(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
+        self.timer.clock.drained_end()  # no-op except on the drained step
         self.timer.clock.end()
         if self.timer.stop_after is not None and len(self.timer.clock.ends) >= self.timer.stop_after:
             self.timer.kernels.stop()
@@ -273,7 +277,7 @@ class CliRun:
     busy_ms: list[float]
     losses: list[float]
     details: dict[str, Any]
-    host_ms: list[float] | None = None
+    host_ms: float | None = None
     kernels_per_step: int | None = None
 
 
@@ -283,11 +287,11 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
     """``cli.py fit`` with the shipped config: biomoe's LightningCLI parses, checks and builds
     everything for the ``fit`` subcommand (its ``before_fit`` checks and ``after_fit`` report run
     too); only the final ``trainer.fit`` call is the benchmark's, which adds the step timer and, for
-    the diagnostic rows, feeds the in-memory batches. ``warmup + steps + 1`` steps in a scratch
+    the diagnostic rows, feeds the in-memory batches. ``warmup + steps + 2`` steps in a scratch
     folder, removed afterwards."""
     device = ids.device
     accelerator = "gpu" if device.type == "cuda" else "cpu"
-    total = warmup + steps + 1
+    total = warmup + steps + 2  # + the drained step and the counted step
     root = Path(tempfile.mkdtemp(prefix="biomoe-bench-"))
     args = cli_args(config_path, shape, precision, total, root, accelerator, variant, extra, fasta)
     details: dict[str, Any] = {"command": "cli.py fit " + " ".join(args)}
@@ -342,7 +346,7 @@ def run_cli(config_path: Path, shape: BenchShape, precision: str, ids: torch.Ten
         if timer.first_step_at is not None:
             details["setup_s"] = round(timer.first_step_at - started, 1)
         return CliRun(timer.clock.step_ms(warmup, steps), timer.clock.busy_ms(warmup, steps),
-                      [float(v) for v in timer.losses], details, timer.clock.host_ms(warmup, steps),
+                      [float(v) for v in timer.losses], details, timer.clock.host_ms,
                       timer.kernels.kernels)
     finally:
         torch.set_float32_matmul_precision(matmul_precision)

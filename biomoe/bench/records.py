@@ -53,8 +53,8 @@ class BenchRecord:
     busy_ms: float | None = None
     """Median start-to-end time of the same steps: without what runs between two steps."""
     host_ms: float | None = None
-    """Median host time per step: the Python thread from the step's start to its end, with no
-    synchronisation added. Close to ``busy_ms``: the step is bound by launching kernels."""
+    """Host time of one untimed step started with the device drained: how long the Python thread
+    needs to issue a step. Close to ``step_ms``: the step is bound by the host; well below: by the GPU."""
     kernels_per_step: int | None = None
     """GPU kernels of one (untimed) step after the timed ones, counted by torch.profiler."""
     tflops: float | None = None

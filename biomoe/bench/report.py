@@ -21,9 +21,9 @@ TIMING_NOTE = ("tokens/s = tokens per step / median step time over the timed ste
                "is timed from its start to the next step's start with CUDA events (for biomoe-cli: "
                "Lightning's on_train_batch_start of consecutive batches, so the data loader, every hook, "
                "callback and logger call between steps is included); peak_mem_gb is "
-               "torch.cuda.max_memory_allocated over the whole row (reset before it); host ms = median time "
-               "the Python thread spends from a step's start to its end (no synchronisation added: near the "
-               "step time the step is bound by kernel launches); kernels = GPU kernels of one untimed step "
+               "torch.cuda.max_memory_allocated over the whole row (reset before it); host ms = host time of one "
+               "untimed step started with the device drained (how long issuing a step takes: near the step time "
+               "the step is bound by the host, well below it by the GPU); kernels = GPU kernels of one untimed step "
                "after the timed ones (torch.profiler, memcpy/memset not counted)")
 MFU_NOTE = (f"mfu = model TFLOP/s / {PEAK_BF16_TFLOPS:.0f} TFLOP/s (dense bf16 matmul rate of this H200) "
             "for every precision, FP8 included")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import statistics
 import sys
 import time
 import traceback
@@ -257,7 +256,7 @@ def measure(row: Row, ctx: BenchContext) -> BenchRecord:
             timing, record.details = time_loop(row, ctx, ids, labels)
             step_ms, busy_ms, losses = timing.step_ms, timing.step_ms, timing.losses
             host_ms, record.kernels_per_step = timing.host_ms, timing.kernels_per_step
-        record.host_ms = statistics.median(host_ms) if host_ms else None
+        record.host_ms = host_ms
         speed = throughput(row.shape, step_ms)
         busy = throughput(row.shape, busy_ms)
         record.tokens_per_s, record.step_ms, record.busy_ms = speed.tokens_per_s, speed.step_ms, busy.step_ms

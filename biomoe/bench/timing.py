@@ -29,16 +29,19 @@ PEAK_BF16_TFLOPS = 790.0
 class StepClock:
     """Start and end marks per step; :meth:`step_ms` turns them into per-step times.
 
-    Beside the device marks it keeps the host clock at each start and end: :meth:`host_ms` is how
-    long the Python thread spent issuing a step. When that is close to the step time the step is
-    host-bound (the GPU waits for launches); when it is much shorter the GPU is the limit."""
+    :meth:`drained_start` / :meth:`drained_end` time the host alone on one untimed step: in steady
+    state a host that runs ahead fills the launch queue and then waits inside launches, so host
+    time per step equals the step time whichever side is the limit. Started with the device
+    drained, a step's host time is how long the Python thread needs to issue it: close to the step
+    time, the step is bound by the host; well below it, by the GPU."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.starts: list = []
         self.ends: list = []
-        self.host_starts: list[float] = []
-        self.host_ends: list[float] = []
+        self.host_ms: float | None = None
+        """Host time of the drained step (:meth:`drained_start` to :meth:`drained_end`)."""
+        self._drained_at: float | None = None
 
     def _mark(self):
         if self.cuda:
@@ -48,17 +51,21 @@ class StepClock:
         return time.perf_counter()
 
     def start(self) -> None:
-        self.host_starts.append(time.perf_counter())
         self.starts.append(self._mark())
 
     def end(self) -> None:
         self.ends.append(self._mark())
-        self.host_ends.append(time.perf_counter())
 
-    def host_ms(self, warmup: int, steps: int) -> list[float]:
-        """Host time from each step's start to its end (no synchronisation added)."""
-        last = min(warmup + steps, len(self.host_starts), len(self.host_ends))
-        return [(self.host_ends[i] - self.host_starts[i]) * 1e3 for i in range(warmup, last)]
+    def drained_start(self) -> None:
+        """Wait for the device (the previous steps' marks are already recorded), then start the host clock."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        self._drained_at = time.perf_counter()
+
+    def drained_end(self) -> None:
+        if self._drained_at is not None:
+            self.host_ms = (time.perf_counter() - self._drained_at) * 1e3
+            self._drained_at = None
 
     def _elapsed_ms(self, a, b) -> float:
         return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
@@ -182,25 +189,30 @@ def make_train_step(contender: Contender, ids: torch.Tensor, labels: torch.Tenso
 class LoopTiming:
     step_ms: list[float]
     losses: list[float]
-    host_ms: list[float] | None = None
+    host_ms: float | None = None
     kernels_per_step: int | None = None
 
 
 def time_training(contender: Contender, ids: torch.Tensor, labels: torch.Tensor, warmup: int,
                   steps: int, lr: float = 1e-4) -> LoopTiming:
-    """``warmup + steps + 1`` full training steps with a mark at each start (the last one only
-    closes the last timed step). Losses stay on the device until the end: no sync in the loop."""
+    """``warmup + steps + 2`` full training steps with a mark at each start: then one step (it
+    closes the last timed one) whose host time is taken with the device drained, and one whose
+    kernels are counted. Losses stay on the device until the end: no sync in the timed steps."""
     train_step = make_train_step(contender, ids, labels, lr)
     clock = StepClock(ids.device)
     kernels = KernelCounter(ids.device)
     losses: list[torch.Tensor] = []
-    total = warmup + steps + 1
+    total = warmup + steps + 2
     for index in range(total):
         clock.start()
-        if index == total - 1:  # the closing step is not timed: count its kernels
+        if index == total - 2:
+            clock.drained_start()
+        if index == total - 1:
             kernels.start()
         losses.append(train_step().detach())
+        if index == total - 2:
+            clock.drained_end()
         clock.end()
     kernels.stop()
     step_ms = clock.step_ms(warmup, steps)
-    return LoopTiming(step_ms, [float(v) for v in losses], clock.host_ms(warmup, steps), kernels.kernels)
+    return LoopTiming(step_ms, [float(v) for v in losses], clock.host_ms, kernels.kernels)
