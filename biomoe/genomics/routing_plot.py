@@ -91,11 +91,20 @@ def plot_routing(report: dict[str, Any], out_path: str | Path, dpi: int = 150, a
             for name, first, end in blocks:
                 ax.text(1.03, (first + end - 1) / 2, name, transform=to_axes, fontsize=8, va="center",
                         ha="left", fontweight="bold")
-    bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, pad=0.06)
-    bar.set_label("fraction of top-k assignments", fontsize=8)
+    title = (f"Expert routing per genome (top-{report.get('top_k', '?')}, "
+             f"{report.get('windows_requested', '?')} windows x {report.get('seq_length', '?')} bp)")
+    return _finish(fig, axes, image, "fraction of top-k assignments", title, 0.06, out_path, dpi, atomic)
+
+
+def _finish(fig: Any, axes: Any, image: Any, bar_label: str, title: str, bar_pad: float, out_path: str | Path,
+            dpi: int, atomic: bool) -> Path:
+    """Colour bar, title and the write every routing figure ends with (the figure is closed)."""
+    import matplotlib.pyplot as plt  # optional dependency
+
+    bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, pad=bar_pad)
+    bar.set_label(bar_label, fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    fig.suptitle(f"Expert routing per genome (top-{report.get('top_k', '?')}, "
-                 f"{report.get('windows_requested', '?')} windows x {report.get('seq_length', '?')} bp)", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     try:
         if atomic:
             save_figure(fig, out_path, dpi)
@@ -183,17 +192,7 @@ def plot_features(report: dict[str, Any], out_path: str | Path, dpi: int = 150, 
                 ax.axvline(first - 0.5, color="black", linewidth=1.0)
             ax.text((first + end - 1) / 2, 1.01, GROUP_TITLES.get(group, group), transform=to_axes, fontsize=6,
                     ha="center", va="bottom")
-    bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, pad=0.04)
-    bar.set_label("log2 enrichment (0: no preference)", fontsize=8)
-    bar.ax.tick_params(labelsize=7)
-    fig.suptitle(f"What each expert routes: genomic classes (top-{report.get('top_k', '?')}, "
-                 f"{len(report.get('genomes', {}))} genomes, {report.get('windows_requested', '?')} windows x "
-                 f"{report.get('seq_length', '?')} bp)", fontsize=10)
-    try:
-        if atomic:
-            save_figure(fig, out_path, dpi)
-        else:
-            fig.savefig(out_path, dpi=dpi)
-    finally:
-        plt.close(fig)
-    return Path(out_path)
+    title = (f"What each expert routes: genomic classes (top-{report.get('top_k', '?')}, "
+             f"{len(report.get('genomes', {}))} genomes, {report.get('windows_requested', '?')} windows x "
+             f"{report.get('seq_length', '?')} bp)")
+    return _finish(fig, axes, image, "log2 enrichment (0: no preference)", title, 0.04, out_path, dpi, atomic)
