@@ -12,9 +12,10 @@ from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.genomics.routing import (RoutingCounter, jensen_shannon_bits, species_of, specificity,
                                      window_starts)
 from biomoe.model.config import ModelConfig
-from biomoe.model.transformer import MoETransformer, rotary_tables
+from biomoe.model.transformer import MoETransformer
 from biomoe.cli.main import main as cli_main
 from conftest import random_dna, save_checkpoint
+from helpers.routing_reference import direct_topk
 
 TOK = NucleotideTokenizer()
 SEQ = 32
@@ -53,21 +54,11 @@ def run(ckpt, fastas, out, *extra) -> int:
                      "--seq_length", str(SEQ), "--batch_size", "4", "--out", str(out), "--no_progress", *extra])
 
 
-@torch.no_grad()
 def direct_topk_counts(model: MoETransformer, ids: torch.Tensor) -> dict[int, np.ndarray]:
-    """Expert counts per MoE block of the base positions of ``ids``, from the router's gate and a
-    plain softmax + top-k on each block's input (no hooks, no biomoe.genomics.routing)."""
-    x = model.embed(ids)
-    cos, sin = rotary_tables(ids.shape[1], model.config.head_dim, model.config.rope_theta, ids.device)
-    counts = {}
-    for i, block in enumerate(model.blocks):
-        if block.is_moe:
-            h = block.mlp_norm(x + block.attn(block.attn_norm(x), cos, sin, None, i))
-            probs = torch.softmax(h[:, 1:].float() @ block.mlp.router.gate.weight.float().T, dim=-1)
-            chosen = probs.topk(model.config.top_k, dim=-1).indices
-            counts[i] = np.bincount(chosen.reshape(-1).numpy(), minlength=model.config.num_experts)
-        x, _, _ = block(x, cos, sin)
-    return counts
+    """Expert counts per MoE block of the base positions of ``ids``, from the independent top-k of
+    :func:`helpers.routing_reference.direct_topk` (no hooks, no biomoe.genomics.routing)."""
+    return {i: np.bincount(chosen.reshape(-1), minlength=model.config.num_experts)
+            for i, chosen in direct_topk(model, ids).items()}
 
 
 def test_hook_counts_equal_the_routers_own_top_k(model):

@@ -18,8 +18,9 @@ from biomoe.genomics.routing import RoutingCounter, genome_routing, routing_repo
 from biomoe.genomics.routing_features import (GC_BINS, GROUPS, base_states, enrichment_table, gc_bin,
                                               genome_features)
 from biomoe.model.config import ModelConfig
-from biomoe.model.transformer import MoETransformer, rotary_tables
+from biomoe.model.transformer import MoETransformer
 from conftest import random_dna, save_checkpoint
+from helpers.routing_reference import direct_topk
 
 TOK = NucleotideTokenizer()
 SEQ = 32
@@ -66,22 +67,6 @@ def hand_states(genes: list[Gene], length: int) -> np.ndarray:
                                   else range(gene.end - 1, gene.start - 1, -1)):
             states[coord] = (i % 3 + 1) + (0 if gene.strand > 0 else 3)
     return states
-
-
-@torch.no_grad()
-def direct_topk(model: MoETransformer, ids: torch.Tensor) -> dict[int, np.ndarray]:
-    """Experts chosen [rows, bases, k] per MoE block for the base positions of ``ids`` (``<bos>``
-    first), from each router's gate and a plain softmax + top-k on the block's input (no hooks)."""
-    x = model.embed(ids)
-    cos, sin = rotary_tables(ids.shape[1], model.config.head_dim, model.config.rope_theta, ids.device)
-    chosen = {}
-    for i, block in enumerate(model.blocks):
-        if block.is_moe:
-            h = block.mlp_norm(x + block.attn(block.attn_norm(x), cos, sin, None, i))
-            probs = torch.softmax(h[:, 1:].float() @ block.mlp.router.gate.weight.float().T, dim=-1)
-            chosen[i] = probs.topk(model.config.top_k, dim=-1).indices.numpy()
-        x, _, _ = block(x, cos, sin)
-    return chosen
 
 
 def test_base_states_read_codons_in_each_genes_direction():
