@@ -141,13 +141,18 @@ def _render_lightning_help(argv: list[str]) -> str:
     from biomoe.cli.lightning_cli import run_lightning_cli
 
     kept = io.StringIO()
-    with contextlib.redirect_stdout(kept):
-        try:
+    try:
+        with contextlib.redirect_stdout(kept):
             run_lightning_cli(argv)
-        except SystemExit as done:
-            if done.code not in (0, None):
-                sys.stdout.write(kept.getvalue())
-                raise
+    except SystemExit as done:
+        if done.code in (0, None):  # argparse ends a help request this way
+            help_cache.store_help(argv, kept.getvalue())
+            return kept.getvalue()
+        sys.stdout.write(kept.getvalue())  # a failed request: what it printed is not kept from the user
+        raise
+    except BaseException:
+        sys.stdout.write(kept.getvalue())
+        raise
     help_cache.store_help(argv, kept.getvalue())
     return kept.getvalue()
 
