@@ -251,12 +251,11 @@ def measure(row: Row, ctx: BenchContext) -> BenchRecord:
             run = run_cli(ctx.config_for(row.shape), row.shape, row.precision, ids, labels, ctx.warmup,
                           ctx.steps, CLI_VARIANTS[row.contender], fasta=ctx.fasta)
             step_ms, busy_ms, losses, record.details = run.step_ms, run.busy_ms, run.losses, run.details
-            host_ms, record.kernels_per_step = run.host_ms, run.kernels_per_step
+            record.host_ms, record.kernels_per_step = run.host_ms, run.kernels_per_step
         else:
             timing, record.details = time_loop(row, ctx, ids, labels)
             step_ms, busy_ms, losses = timing.step_ms, timing.step_ms, timing.losses
-            host_ms, record.kernels_per_step = timing.host_ms, timing.kernels_per_step
-        record.host_ms = host_ms
+            record.host_ms, record.kernels_per_step = timing.host_ms, timing.kernels_per_step
         speed = throughput(row.shape, step_ms)
         busy = throughput(row.shape, busy_ms)
         record.tokens_per_s, record.step_ms, record.busy_ms = speed.tokens_per_s, speed.step_ms, busy.step_ms
@@ -487,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[row.id].append(record)
                 print(f"[{case} run {round_index + 1}/{args.repeats}] {row.id:55s} {record.status:7s} "
                       f"{(record.tokens_per_s or 0):10.0f} tok/s peak {(record.peak_mem_gb or 0):6.1f} GB "
-                      f"({record.wall_s or 0:.0f} s){'  ' + record.error[:160] if record.error and record.status != 'skipped' else ''}",
+                      f"({record.wall_s or 0:.0f} s){'  ' + record.error[:160] if record.error else ''}",
                       flush=True)
             # after every round: a run cut short keeps the rounds that finished
             del records[first_index:]
