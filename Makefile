@@ -59,14 +59,17 @@ clean:
 
 # GPU targets run with whatever python has torch+CUDA (the venv if present, else python3).
 RUNPY := $(shell test -x $(PY) && echo $(PY) || echo python3)
-# Full sweep ~8 min on an H200, then the inference rows (results/bench/inference.json/.md);
+# The sweep (four shapes, three interleaved runs of each row, bf16 and the FP8 recipes this GPU
+# runs) takes ~20 min on an H200, then the inference rows (results/bench/inference.json/.md);
 # BENCH_ARGS=--quick for one shape in bf16, --rows/--shapes/--precisions to pick rows, --sweep adds
 # the sequence-length sweep, --inference-networks/--inference-tasks pick inference rows
-# (python -m biomoe.bench --help). `python -m biomoe.bench --inference-only` runs those alone.
+# (python -m biomoe.bench --help); BENCH_INFERENCE= leaves the inference rows out.
+# `python -m biomoe.bench --inference-only` runs those alone.
 BENCH_ARGS ?=
+BENCH_INFERENCE ?= --inference
 
 bench:
-	$(RUNPY) -m biomoe.bench --out results/bench --inference $(BENCH_ARGS)
+	$(RUNPY) -m biomoe.bench --out results/bench $(BENCH_INFERENCE) $(BENCH_ARGS)
 
 # Runs notebooks/explore.ipynb headless against the best checkpoint of `make fit`'s run
 # (runs/default) when there is one, else against the tiny model (trained first if it has none).

@@ -6,7 +6,7 @@ biomoe's bare training loop, and the product path — a Lightning Trainer built 
 config exactly as ``cli.py fit`` builds it. Writes ``bench.json`` (one record per row), ``bench.md``
 and ``bench.png`` into ``--out``, rewritten after every row.
 
-    python -m biomoe.bench                      # full sweep (~8 min on an H200)
+    python -m biomoe.bench                      # full sweep (~20 min on an H200)
     python -m biomoe.bench --quick              # one shape, bf16, few steps (~1-2 min)
     python -m biomoe.bench --rows '*@16384/*/fp8-block'   # only matching rows (+ their baseline)
     python -m biomoe.bench --list               # print the row ids and exit
@@ -62,11 +62,17 @@ LOOP_CONTENDERS = {
     "biomoe-loop": "biomoe's bare training loop: the model as training builds it, bf16 weights, "
                    "torch fused AdamW, no Lightning (the config's expert backend)",
     "biomoe-loop-compile": "biomoe-loop with model.runtime.compile (torch.compile of each block)",
+    "biomoe-loop-graph": "biomoe-loop with torch kernels in every layer (grouped_mm experts) and the whole step "
+                         "(forward, backward, capturable fused AdamW) replayed as one CUDA graph",
 }
+GRAPHED_LOOP = "biomoe-loop-graph"
 ABLATION_PREFIX = "biomoe-loop[te "
 LAYER_COMPONENTS = ("norm_backend", "attention_backend", "router_backend", "dispatch_backend")
-DEFAULT_CONTENDERS = ("hf-bf16-fused", "hf-amp-fused", "biomoe-loop", "biomoe-cli", "biomoe-cli-repeated",
-                      "biomoe-cli-nocallbacks", "biomoe-cli-nomaster")
+DEFAULT_CONTENDERS = ("hf-bf16-fused", "biomoe-loop", "biomoe-loop-graph", "biomoe-cli", "biomoe-cli-repeated",
+                      "biomoe-cli-nomaster")
+"""The baseline, the bare loop eager and as one CUDA graph (what the step costs without the host),
+the product path on real data and on the repeated batch, and the product path without master
+weights (the same optimizer work as the bare loop)."""
 ALL_PRECISIONS = tuple(PRECISIONS)
 PRECISION_SWEPT = ("biomoe-loop", "biomoe-loop-compile", "biomoe-cli")
 """Contenders run at every requested precision; HF rows are bf16, the other CLI variants run at
@@ -212,6 +218,11 @@ def loop_builder(row: Row, ctx: BenchContext) -> tuple[Callable[[], Contender], 
         details["layer_backends"] = layers
         return (lambda: build_biomoe(shape, ctx.expert_backend(shape), row.precision, ctx.device, init=init,
                                      layer_backends=layers, label=name)), details
+    if name == GRAPHED_LOOP:  # capture needs kernels that keep the split sizes on the device
+        layers = {c: "torch" for c in LAYER_COMPONENTS}
+        details.update(layer_backends=layers, expert_backend="grouped", capturable=True, cuda_graph="whole step")
+        return (lambda: build_biomoe(shape, "grouped", row.precision, ctx.device, init=init,
+                                     layer_backends=layers, label=name)), details
     compile_blocks = name == "biomoe-loop-compile"
     return (lambda: build_biomoe(shape, ctx.expert_backend(shape), row.precision, ctx.device, init=init,
                                  compile_blocks=compile_blocks, label=name)), details
@@ -224,7 +235,8 @@ def time_loop(row: Row, ctx: BenchContext, ids: torch.Tensor, labels: torch.Tens
     build, details = loop_builder(row, ctx)
     try:
         contender = build()
-        return time_training(contender, ids, labels, ctx.warmup, ctx.steps), details
+        return time_training(contender, ids, labels, ctx.warmup, ctx.steps,
+                             graphed=row.contender == GRAPHED_LOOP), details
     except torch.OutOfMemoryError:
         raise
     except Exception as err:

@@ -21,6 +21,7 @@ import torch
 
 from biomoe.bench.models import Contender
 from biomoe.bench.shapes import BenchShape
+from biomoe.training.step_graph import GraphedStep
 
 PEAK_BF16_TFLOPS = 790.0
 """Dense bf16 matmul rate measured on the H200 these runs use; MFU of every precision is against it."""
@@ -168,12 +169,24 @@ def peak_memory_gb(device: torch.device) -> float | None:
 
 
 def make_train_step(contender: Contender, ids: torch.Tensor, labels: torch.Tensor,
-                    lr: float = 1e-4) -> Callable[[], torch.Tensor]:
+                    lr: float = 1e-4, graphed: bool = False, eager_steps: int = 3) -> Callable[[], torch.Tensor]:
     """One full training step (forward, backward, AdamW step, zero_grad); returns the loss.
+    ``graphed``: the whole step replayed as one CUDA graph (:class:`~biomoe.training.step_graph.GraphedStep`,
+    with a capturable AdamW) after ``eager_steps`` eager steps; the next one is captured.
 
     Timing and profiling both call this, so they measure the same work."""
     params = [p for p in contender.model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, fused=contender.fused_adam or None)
+    optimizer = torch.optim.AdamW(params, lr=lr, fused=contender.fused_adam or None, capturable=graphed)
+    if graphed:
+        def update(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            loss = contender.loss_fn(batch["input_ids"], batch["labels"])
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        replayed = GraphedStep(update, optimizer, ids.device, warmup_steps=eager_steps)
+        batch = {"input_ids": ids, "labels": labels}
+        return lambda: replayed(batch)
 
     def step() -> torch.Tensor:
         loss = contender.loss_fn(ids, labels)
@@ -194,11 +207,12 @@ class LoopTiming:
 
 
 def time_training(contender: Contender, ids: torch.Tensor, labels: torch.Tensor, warmup: int,
-                  steps: int, lr: float = 1e-4) -> LoopTiming:
+                  steps: int, lr: float = 1e-4, graphed: bool = False) -> LoopTiming:
     """``warmup + steps + 2`` full training steps with a mark at each start: then one step (it
     closes the last timed one) whose host time is taken with the device drained, and one whose
     kernels are counted. Losses stay on the device until the end: no sync in the timed steps."""
-    train_step = make_train_step(contender, ids, labels, lr)
+    # a graphed step is captured inside the warm-up, so every timed step is a replay
+    train_step = make_train_step(contender, ids, labels, lr, graphed, eager_steps=max(1, min(3, warmup - 1)))
     clock = StepClock(ids.device)
     kernels = KernelCounter(ids.device)
     losses: list[torch.Tensor] = []
