@@ -6,7 +6,7 @@ biomoe's bare training loop, and the product path — a Lightning Trainer built 
 config exactly as ``cli.py fit`` builds it. Writes ``bench.json`` (one record per row), ``bench.md``
 and ``bench.png`` into ``--out``, rewritten after every row.
 
-    python -m biomoe.bench                      # full sweep (~20 min on an H200)
+    python -m biomoe.bench                      # full sweep (~14 min on an H200)
     python -m biomoe.bench --quick              # one shape, bf16, few steps (~1-2 min)
     python -m biomoe.bench --rows '*@16384/*/fp8-block'   # only matching rows (+ their baseline)
     python -m biomoe.bench --list               # print the row ids and exit
