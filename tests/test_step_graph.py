@@ -1,5 +1,5 @@
 """The whole-step CUDA graph's eager path (what runs without CUDA) and the bench row built on it.
-The captured path itself is tested on a GPU (tests/gpu/test_step_graph.py)."""
+The captured path itself is tested on a GPU (tests/gpu/test_captured_steps.py)."""
 
 from __future__ import annotations
 
