@@ -144,15 +144,12 @@ def _render_lightning_help(argv: list[str]) -> str:
     try:
         with contextlib.redirect_stdout(kept):
             run_lightning_cli(argv)
-    except SystemExit as done:
-        if done.code in (0, None):  # argparse ends a help request this way
-            help_cache.store_help(argv, kept.getvalue())
-            return kept.getvalue()
-        sys.stdout.write(kept.getvalue())  # a failed request: what it printed is not kept from the user
-        raise
-    except BaseException:
-        sys.stdout.write(kept.getvalue())
-        raise
+    except BaseException as error:
+        # argparse ends a help request with SystemExit(0); any other end is a failed request, and
+        # what it printed is not kept from the user
+        if not (isinstance(error, SystemExit) and error.code in (0, None)):
+            sys.stdout.write(kept.getvalue())
+            raise
     help_cache.store_help(argv, kept.getvalue())
     return kept.getvalue()
 
