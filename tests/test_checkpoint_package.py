@@ -67,3 +67,24 @@ def test_read_checkpoint_and_records(tmp_path: Path) -> None:
     with pytest.raises(GenomeInputError, match="broken.ckpt.*cannot load checkpoint"):
         read_checkpoint(broken)
     assert read_checkpoint_or_none(broken) is None
+
+
+def test_master_remainders_join_and_split_bit_exactly() -> None:
+    from biomoe.checkpoint.optimizer_state import join_master, split_master
+
+    gen = torch.Generator().manual_seed(0)
+    master = torch.randn(50_000, generator=gen) * torch.exp(torch.randn(50_000, generator=gen) * 8)
+    specials = torch.tensor([0.0, -0.0, 1.0, -1.0, float("inf"), -float("inf"), 1e-40, -3e38])
+    master = torch.cat([master, specials])
+    weight, remainder = split_master(master)
+    assert weight.dtype == torch.bfloat16 and remainder.dtype == torch.int16
+    assert torch.equal(join_master(weight, remainder).view(torch.int32), master.view(torch.int32))
+    finite = torch.isfinite(master)
+    nearest = master.to(torch.bfloat16).float()
+    # the weight is a nearest bf16 of the master (the same as torch's rounding away from ties)
+    assert torch.all((weight.float() - master).abs()[finite] <= (nearest - master).abs()[finite])
+    ties = torch.tensor([0x3F808000, 0x3F818000, -0x3FFF8000], dtype=torch.int32).view(torch.float32)
+    tie_weights, _ = split_master(ties)
+    assert tie_weights.float().abs().tolist() == [1.0078125, 1.015625, 2.015625]  # ties away from zero
+    with pytest.raises(TypeError, match="fp32 master"):
+        split_master(master.to(torch.bfloat16))

@@ -130,10 +130,12 @@ def test_master_weight_adamw_uses_the_reference_on_cpu_and_refuses_what_cpu_cann
     kwargs = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, device=torch.device("cpu"), fused=False)
     chosen = master_weight_adamw([{"params": params}], backend="auto", moment_dtype="fp32", **kwargs)
     assert isinstance(chosen, AdamWWithMasterWeights)
+    assert chosen.master_storage == "fp32"  # auto: remainders only where TE's kernel rebuilds them
     with pytest.raises(ConfigError, match="model.optim.backend: te"):
         master_weight_adamw([{"params": params}], backend="te", moment_dtype="fp32", **kwargs)
-    with pytest.raises(ConfigError, match="model.optim.moment_dtype: bf16"):
-        master_weight_adamw([{"params": params}], backend="torch", moment_dtype="bf16", **kwargs)
+    compact = master_weight_adamw([{"params": params}], backend="torch", moment_dtype="bf16",
+                                  master_storage="remainder", **kwargs)
+    assert compact.master_storage == "remainder" and compact.moment_dtype == torch.bfloat16
 
 
 def test_reference_resumes_from_a_portable_state_with_cpu_step_counts():
@@ -154,3 +156,100 @@ def test_reference_resumes_from_a_portable_state_with_cpu_step_counts():
     _step_all([(opt, model), (twin_opt, twin)], grads)
     for a, b in zip(model.parameters(), twin.parameters()):
         assert torch.equal(opt.state[a]["master"], twin_opt.state[b]["master"])
+
+
+def _remainder_pair(seed: int = 0, **compact_kwargs):
+    """Two bf16 models and optimizers from the same start: full fp32 masters, and remainders."""
+    _, model = _pair(seed)
+    twin = copy.deepcopy(model)
+    full = AdamWWithMasterWeights(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    compact = AdamWWithMasterWeights(twin.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1,
+                                     master_storage="remainder", **compact_kwargs)
+    return (full, model), (compact, twin)
+
+
+def test_remainder_storage_trains_exactly_as_full_fp32_masters():
+    """The remainder and the bf16 weight are the fp32 master bit for bit, so the trajectory of the
+    masters is the full-master one exactly; the weights differ from it at most by tie rounding."""
+    (full, model), (compact, twin) = _remainder_pair()
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(30):
+        _step_all([(full, model), (compact, twin)],
+                  [torch.randn(p.shape, generator=gen).to(torch.bfloat16) for p in model.parameters()])
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert set(compact.state[b]) == {"remainder", "exp_avg", "exp_avg_sq", "step"}
+        assert compact.state[b]["remainder"].dtype == torch.int16
+        assert torch.equal(compact.master(b), full.state[a]["master"])
+        ulp = 2.0 ** (torch.floor(torch.log2(a.detach().float().abs().clamp(min=1e-30))) - 7)
+        assert torch.all((a.float() - b.float()).abs() <= ulp)
+
+
+def test_remainder_checkpoints_hold_full_masters_and_resume_either_way():
+    (full, model), (compact, twin) = _remainder_pair()
+    for _ in range(3):
+        _step_all([(full, model), (compact, twin)], [torch.randn_like(p) for p in model.parameters()])
+    saved = copy.deepcopy(compact.state_dict())
+    assert all(set(e) == {"master", "exp_avg", "exp_avg_sq", "step"} and e["master"].dtype == torch.float32
+               for e in saved["state"].values())
+    assert all("remainder" in compact.state[p] for p in twin.parameters())  # saving left the live state as it was
+    # the compact state resumes in a full-master optimizer, and a full one in a compact optimizer
+    as_full_model = copy.deepcopy(twin)
+    as_full = AdamWWithMasterWeights(as_full_model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    as_full.load_state_dict(saved)
+    back_model = copy.deepcopy(model)
+    back = AdamWWithMasterWeights(back_model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1,
+                                  master_storage="remainder")
+    back.load_state_dict(copy.deepcopy(full.state_dict()))
+    grads = [torch.randn_like(p) for p in model.parameters()]
+    _step_all([(full, model), (compact, twin), (as_full, as_full_model), (back, back_model)], grads)
+    for a, b, c, d in zip(model.parameters(), twin.parameters(), as_full_model.parameters(), back_model.parameters()):
+        reference = full.state[a]["master"]
+        assert torch.equal(compact.master(b), reference)
+        assert torch.equal(as_full.state[c]["master"], reference)
+        assert torch.equal(back.master(d), reference)
+        assert torch.equal(d, b)  # the loader set the weight from the saved master, as the compact run has it
+
+
+def test_bf16_moments_are_stored_in_bf16_and_train_close_to_fp32_ones():
+    (full, model), (compact, twin) = _remainder_pair(moment_dtype=torch.bfloat16)
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(20):
+        _step_all([(full, model), (compact, twin)],
+                  [torch.randn(p.shape, generator=gen).to(torch.bfloat16) for p in model.parameters()])
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert compact.state[b]["exp_avg"].dtype == compact.state[b]["exp_avg_sq"].dtype == torch.bfloat16
+        moved = (compact.master(b) - full.state[a]["master"]).abs().max().item()
+        assert 0 < moved < 0.02 * 20 * 3e-3  # rounded moments: different, within 2 % of 20 full steps
+    saved = compact.state_dict()
+    assert all(e["exp_avg"].dtype == torch.bfloat16 for e in saved["state"].values())
+
+
+def test_bf16_true_validation_accumulates_held_out_loss_in_fp32(tmp_path):
+    """Under bf16-true Lightning builds the module, metrics included, in bf16; the held-out
+    cross-entropy must still be the fp32 token-weighted mean of the batches' fp32 losses."""
+    import lightning as L
+
+    from biomoe.model.config import ModelConfig, OptimConfig
+    from biomoe.model.losses import masked_cross_entropy_sum
+    from biomoe.training.module import BioMoEModule
+
+    cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2,
+                      num_experts=2, top_k=1, ffn_hidden_size=32)
+    gen = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(12):
+        ids = torch.randint(4, 16, (4, 97), generator=gen)
+        mask = (torch.rand(4, 96, generator=gen) > 0.3).float()
+        batches.append({"input_ids": ids[:, :-1], "labels": ids[:, 1:], "loss_mask": mask})
+    trainer = L.Trainer(accelerator="cpu", precision="bf16-true", logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)
+    module = BioMoEModule(cfg, OptimConfig(), log_expert_load_every_n_steps=0)
+    logged = trainer.validate(module, dataloaders=torch.utils.data.DataLoader(batches, batch_size=None),
+                              verbose=False)[0]["val/ce"]
+    total = count = 0.0
+    module.eval()
+    with torch.no_grad(), trainer.precision_plugin.forward_context():  # as validate runs the forward
+        for batch in batches:
+            ce_sum, n = masked_cross_entropy_sum(module(batch["input_ids"]).logits, batch["labels"], batch["loss_mask"])
+            total, count = total + float(ce_sum), count + float(n)
+    assert logged == pytest.approx(total / count, rel=1e-5)

@@ -82,6 +82,11 @@ CLI_VARIANTS: dict[str, CliVariant] = {
     "biomoe-cli-bf16moments": CliVariant(
         "the shipped config with model.optim.moment_dtype=bf16: fp32 masters, bf16 AdamW moments",
         extra_args=("--model.optim.moment_dtype=bf16",)),
+    "biomoe-cli-ep": CliVariant(
+        "biomoe-cli-repeated under ExpertParallelStrategy with expert_parallel_size 1: what the "
+        "strategy costs where there is one device (nothing to split or exchange)",
+        extra_args=("--trainer.strategy=biomoe.parallel.strategy.ExpertParallelStrategy",
+                    "--trainer.strategy.expert_parallel_size=1", "--trainer.inference_mode=false")),
     "biomoe-cli-compile": CliVariant(
         "the shipped config with model.runtime.compile=true: every block through torch.compile, "
         "Transformer Engine calls left eager (compilation falls in the warm-up steps)",

@@ -195,7 +195,13 @@ class OptimConfig:
     when the parameters are on a CUDA device and Transformer Engine is installed."""
     moment_dtype: str = checked("fp32", choice("fp32", "bf16"))
     """dtype of AdamW's two moments when master weights are kept: ``fp32`` or ``bf16`` (half their
-    memory and optimizer-step traffic, TE backend only; the master weights stay fp32)."""
+    memory and optimizer-step traffic; the update is still computed in fp32)."""
+    master_storage: str = checked("auto", choice("auto", "fp32", "remainder"))
+    """How the fp32 master of each bf16 weight is kept: ``fp32`` = a full copy (4 bytes per
+    parameter); ``remainder`` = only the 16 bits the bf16 weight lacks (2 bytes; weight and
+    remainder are the fp32 master exactly, so training is unchanged but for how the weight rounds
+    a tie); ``auto`` = remainder with Transformer Engine's optimizer (its kernel rebuilds the master
+    in registers), fp32 with torch's (there the split costs extra kernels per parameter)."""
 
     def __post_init__(self) -> None:
         check_fields(self)  # backend names are checked where the optimizer is chosen

@@ -20,6 +20,7 @@ from biomoe.model.config import ConfigError, ModelConfig, OptimConfig, RuntimeCo
 from biomoe.model.losses import LN2, masked_cross_entropy_rows, masked_cross_entropy_sum, per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
 from biomoe.training.grad_norms import clip_grad_norm_shared, drop_grad_scale, forget_step_grad_norms
+from biomoe.training.held_out_metric import Fp32MeanMetric
 from biomoe.training.optim import master_weight_adamw, wants_master_weights
 from biomoe.training.resume import CHECKPOINT_KEY, collect_resume_state, restore_resume_state
 
@@ -50,8 +51,8 @@ class BioMoEModule(L.LightningModule):
         self.log_expert_load_every_n_steps = log_expert_load_every_n_steps
         self.save_hyperparameters()
         self.model: MoETransformer | None = None
-        self.val_ce = MeanMetric()
-        self.test_ce = MeanMetric()
+        self.val_ce = Fp32MeanMetric()  # fp32 sums under bf16-true too
+        self.test_ce = Fp32MeanMetric()
         self._log_clock: float | None = None  # host clock at the last logging step (after a sync)
         self._tokens_since_log = 0
         self._step_seen = -1
@@ -262,7 +263,7 @@ class BioMoEModule(L.LightningModule):
         if wants_master_weights(decay + no_decay, opt.master_weights):
             optimizer: torch.optim.Optimizer = master_weight_adamw(
                 groups, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, backend=opt.backend,
-                moment_dtype=opt.moment_dtype, device=self.device, fused=fused)
+                moment_dtype=opt.moment_dtype, master_storage=opt.master_storage, device=self.device, fused=fused)
         else:
             if opt.moment_dtype != "fp32":
                 raise ConfigError(f"model.optim.moment_dtype: {opt.moment_dtype} applies to the master-weight "

@@ -8,6 +8,12 @@ optimizer state and the result is copied back into the bf16 parameters after eac
 recipe Megatron-LM and Transformer Engine's ``FusedAdam(master_weights=True)`` use, written on
 torch's own fused/foreach AdamW kernels so that it runs on CPU too and works with FSDP2's
 DTensor shards.
+
+Two settings trade optimizer memory: ``master_storage="remainder"`` keeps of each fp32 master only
+the 16 bits its bf16 weight lacks (the master is then the weight plus that remainder, exactly: see
+:mod:`biomoe.checkpoint.optimizer_state`), and ``moment_dtype=torch.bfloat16`` stores both moments
+in bf16 (the update is still computed in fp32). Per parameter the state is then 2 + 4 bytes
+instead of 4 + 8.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from torch import Tensor
 from torch.optim.adamw import adamw
 
 from biomoe.backends.te.availability import te_installed, te_usable
+from biomoe.checkpoint.optimizer_state import MASTER_STORAGES, MOMENT_DTYPES, join_master, local_shard, split_master
 from biomoe.compat.torch import foreach_copy_
 from biomoe.errors import ConfigError
 
@@ -37,26 +44,53 @@ class AdamWWithMasterWeights(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, *, fused: bool | None = None,
-                 foreach: bool | None = None, master_dtype: torch.dtype = torch.float32) -> None:
+                 foreach: bool | None = None, master_dtype: torch.dtype = torch.float32,
+                 master_storage: str = "fp32", moment_dtype: torch.dtype = torch.float32) -> None:
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
+        if master_storage not in MASTER_STORAGES:
+            raise ValueError(f"master_storage: {master_storage!r} is not one of {', '.join(MASTER_STORAGES)}")
         self.fused = bool(fused)
         self.foreach = foreach
         self.master_dtype = master_dtype
+        self.master_storage = master_storage
+        self.moment_dtype = moment_dtype
         # As torch's fused AdamW: step() reads ``grad_scale`` (gradients are divided by it inside the
         # kernel: how clipping and GradScaler hand over their factor) and ``found_inf`` (skip).
         self._step_supports_amp_scaling = self.fused
 
+    def _keeps_remainder(self, param: Tensor) -> bool:
+        """Remainders encode an fp32 master beside a bf16 weight only; others keep a full master."""
+        return (self.master_storage == "remainder" and param.dtype == torch.bfloat16
+                and self.master_dtype == torch.float32)
+
     def _state_for(self, param: Tensor) -> dict[str, Tensor]:
         state = self.state[param]
         if not state:
-            master = param.detach().to(self.master_dtype, copy=True)
             # torch's fused AdamW wants the step count on the parameters' device, the others on CPU.
             step_device = param.device if self.fused else torch.device("cpu")
             state["step"] = torch.zeros((), dtype=torch.float32, device=step_device)
-            state["master"] = master
-            state["exp_avg"] = torch.zeros_like(master, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(master, memory_format=torch.preserve_format)
+            if self._keeps_remainder(param):
+                state["remainder"] = torch.zeros_like(param.detach(), dtype=torch.int16)
+            else:
+                state["master"] = param.detach().to(self.master_dtype, copy=True)
+            moments = self.moment_dtype if self.moment_dtype != torch.float32 else self.master_dtype
+            state["exp_avg"] = torch.zeros_like(param.detach(), dtype=moments, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(param.detach(), dtype=moments,
+                                                   memory_format=torch.preserve_format)
         return state
+
+    def master(self, param: Tensor) -> Tensor:
+        """The fp32 master of ``param`` (joined from its remainder where only that is stored)."""
+        state = self._state_for(param)
+        if "remainder" in state:
+            return join_master(param.detach(), state["remainder"])
+        return state["master"]
+
+    def _store_remainder(self, param: Tensor, master: Tensor) -> None:
+        """Write an updated master back as its bf16 weight (into the parameter) and remainder."""
+        weight, remainder = split_master(master)
+        local_shard(self.state[param]["remainder"]).copy_(local_shard(remainder))
+        local_shard(param.data).copy_(local_shard(weight))
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
@@ -69,31 +103,63 @@ class AdamWWithMasterWeights(torch.optim.Optimizer):
             if not params:
                 continue
             states = [self._state_for(p) for p in params]
-            masters = [s["master"] for s in states]
+            masters = [self.master(p) for p in params]  # the full ones in place, joined ones fresh
             grads = [p.grad.to(self.master_dtype) for p in params]
+            # bf16 moments are updated in fp32 and rounded back, as TE's kernel does in registers.
+            exp_avgs = [s["exp_avg"].to(self.master_dtype) for s in states]
+            exp_avg_sqs = [s["exp_avg_sq"].to(self.master_dtype) for s in states]
             beta1, beta2 = group["betas"]
             scaling = {"grad_scale": getattr(self, "grad_scale", None),
                        "found_inf": getattr(self, "found_inf", None)} if self.fused else {}
-            adamw(masters, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
+            adamw(masters, grads, exp_avgs, exp_avg_sqs, [],
                   [s["step"] for s in states], foreach=self.foreach, fused=self.fused or None,
                   amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
                   weight_decay=group["weight_decay"], eps=group["eps"], maximize=False, **scaling)
-            foreach_copy_(params, masters)  # one rounding to the parameters' dtype, one kernel per group
+            if self.moment_dtype != self.master_dtype:
+                foreach_copy_([s["exp_avg"] for s in states], exp_avgs)
+                foreach_copy_([s["exp_avg_sq"] for s in states], exp_avg_sqs)
+            full = [(p, m) for p, m, s in zip(params, masters, states) if "remainder" not in s]
+            if full:
+                foreach_copy_([p for p, _ in full], [m for _, m in full])  # one rounding, one kernel
+            for p, m, s in zip(params, masters, states):
+                if "remainder" in s:
+                    self._store_remainder(p, m)
         return loss
 
+    def state_dict(self) -> dict[str, Any]:
+        """torch's, with every master as a full fp32 tensor (remainders joined): the portable layout."""
+        state_dict = super().state_dict()
+        params = [p for group in self.param_groups for p in group["params"]]
+        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+        for index, param in zip(saved_ids, params):
+            entry = state_dict["state"].get(index)
+            if entry is not None and "remainder" in entry:
+                entry = dict(entry)
+                del entry["remainder"]
+                entry["master"] = self.master(param)
+                state_dict["state"][index] = entry
+        return state_dict
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """As torch's, but the masters and moments stay in ``master_dtype`` (torch's loader casts
-        every floating state tensor to its parameter's dtype)."""
+        """As torch's, but the masters stay in ``master_dtype`` and the moments in ``moment_dtype``
+        (torch's loader casts every floating state tensor to its parameter's dtype). Where only
+        remainders are kept, the saved master is split again, and the weight set from it."""
         saved = {index: {k: v for k, v in entry.items() if k in MASTER_STATE}
                  for index, entry in state_dict["state"].items()}
         super().load_state_dict(state_dict)
         saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
         params = [p for group in self.param_groups for p in group["params"]]
         step_device = None if self.fused else torch.device("cpu")  # as _state_for places it
+        moments = self.moment_dtype if self.moment_dtype != torch.float32 else self.master_dtype
         for index, param in zip(saved_ids, params):
+            state = self.state[param]
             for key, value in saved.get(index, {}).items():
                 if isinstance(value, Tensor):
-                    self.state[param][key] = value.to(device=param.device, dtype=self.master_dtype)
+                    dtype = self.master_dtype if key == "master" else moments
+                    state[key] = value.to(device=param.device, dtype=dtype)
+            if "master" in state and self._keeps_remainder(param):
+                state["remainder"] = torch.zeros_like(param.detach(), dtype=torch.int16)
+                self._store_remainder(param, state.pop("master").to(torch.float32))
             step = self.state[param].get("step")
             if isinstance(step, Tensor):
                 self.state[param]["step"] = step.to(device=step_device or param.device, dtype=torch.float32)
@@ -107,12 +173,15 @@ def wants_master_weights(params: Iterable[Tensor], setting: bool | None) -> bool
 
 
 def master_weight_adamw(groups: list[dict[str, Any]], *, lr: float, betas: tuple[float, float], eps: float,
-                        backend: str, moment_dtype: str, device: torch.device, fused: bool) -> torch.optim.Optimizer:
+                        backend: str, moment_dtype: str, device: torch.device, fused: bool,
+                        master_storage: str = "auto") -> torch.optim.Optimizer:
     """The AdamW that keeps fp32 master weights: TE's fused kernel on a CUDA device where it is
-    installed (``backend`` auto or te), else :class:`AdamWWithMasterWeights`.
+    installed (``backend`` auto or te), else :class:`AdamWWithMasterWeights`. Both store the
+    masters and moments as asked (``master_storage``, ``moment_dtype``) with the same numerics;
+    ``master_storage="auto"`` keeps remainders where TE's kernel rebuilds the masters for free.
 
     Raises :class:`~biomoe.errors.ConfigError` for a choice this machine cannot run, rather than silently
-    falling back (``backend: te`` without TE or CUDA, bf16 moments on the torch path).
+    falling back (``backend: te`` without TE or CUDA).
     """
     te_ok = te_usable(device)
     if backend == "te" and not te_ok:
@@ -122,8 +191,8 @@ def master_weight_adamw(groups: list[dict[str, Any]], *, lr: float, betas: tuple
     if backend == "te" or (backend == "auto" and te_ok):
         from biomoe.backends.te.optim import TEAdamWWithMasterWeights  # optional dependency: imports TE
 
-        return TEAdamWWithMasterWeights(groups, lr=lr, betas=betas, eps=eps, moment_dtype=moment_dtype)
-    if moment_dtype != "fp32":
-        raise ConfigError(f"model.optim.moment_dtype: {moment_dtype} needs model.optim.backend te "
-                          "(Transformer Engine's FusedAdam on a CUDA device); use fp32 here")
-    return AdamWWithMasterWeights(groups, lr=lr, betas=betas, eps=eps, fused=fused)
+        return TEAdamWWithMasterWeights(groups, lr=lr, betas=betas, eps=eps, moment_dtype=moment_dtype,
+                                        master_storage="remainder" if master_storage == "auto" else master_storage)
+    return AdamWWithMasterWeights(groups, lr=lr, betas=betas, eps=eps, fused=fused,
+                                  master_storage="fp32" if master_storage == "auto" else master_storage,
+                                  moment_dtype=MOMENT_DTYPES[moment_dtype])

@@ -44,9 +44,10 @@ def _train(pairs, steps: int, seed: int) -> None:
         _step_both(pairs, grads)
 
 
-def _te(model, moment_dtype="fp32"):
+def _te(model, moment_dtype="fp32", master_storage="auto"):
     return master_weight_adamw(_groups(model), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, backend="te",
-                               moment_dtype=moment_dtype, device=torch.device("cuda"), fused=True)
+                               moment_dtype=moment_dtype, master_storage=master_storage,
+                               device=torch.device("cuda"), fused=True)
 
 
 def test_te_master_weights_follow_the_reference_adamw():
@@ -97,3 +98,56 @@ def test_bf16_moments_train_close_to_fp32_moments():
     for index in a:
         moved = (a[index]["master"] - b[index]["master"]).abs().max().item()
         assert moved < 0.02 * 20 * 3e-3  # within 2 % of 20 full-size Adam steps
+
+
+def _te_remainder(model, moment_dtype="fp32"):
+    return _te(model, moment_dtype, master_storage="remainder")
+
+
+def test_te_remainders_are_the_default_and_train_exactly_as_full_masters():
+    full_model, compact_model = _models()
+    full = _te(full_model, master_storage="fp32")
+    assert not full.store_param_remainders and _te(copy.deepcopy(full_model)).store_param_remainders
+    compact = _te_remainder(compact_model)
+    _train([(full, full_model), (compact, compact_model)], steps=30, seed=5)
+    assert all(compact.state[p]["master_param"].dtype == torch.int16 for p in compact_model.parameters())
+    a, b = full.state_dict()["state"], compact.state_dict()["state"]
+    for index in a:
+        assert b[index]["master"].dtype == torch.float32
+        assert torch.equal(b[index]["master"], a[index]["master"])  # the same fp32 update, bit for bit
+
+
+@pytest.mark.parametrize("direction", ["te-remainder-to-reference", "reference-to-te-remainder"])
+def test_remainder_checkpoints_move_between_te_and_the_reference(direction):
+    source_model, _ = _models()
+    if direction == "te-remainder-to-reference":
+        source = _te_remainder(source_model)
+    else:
+        source = AdamWWithMasterWeights(_groups(source_model), lr=3e-3, betas=(0.9, 0.95), fused=True,
+                                        master_storage="remainder")
+    _train([(source, source_model)], steps=3, seed=6)
+    saved = copy.deepcopy(source.state_dict())
+    target_model = copy.deepcopy(source_model)
+    if direction == "te-remainder-to-reference":
+        target = AdamWWithMasterWeights(_groups(target_model), lr=3e-3, betas=(0.9, 0.95), fused=True)
+    else:
+        target = _te_remainder(target_model)
+    target.load_state_dict(saved)
+    _train([(source, source_model), (target, target_model)], steps=1, seed=7)
+    src, dst = source.state_dict()["state"], target.state_dict()["state"]
+    for index in src:
+        torch.testing.assert_close(dst[index]["master"], src[index]["master"], rtol=1e-5, atol=1e-6)
+        assert float(dst[index]["step"]) == float(src[index]["step"]) == 4
+
+
+def test_bf16_moments_on_the_reference_follow_te_bf16_moments():
+    te_model, ref_model = _models()
+    te_opt = _te_remainder(te_model, moment_dtype="bf16")
+    ref_opt = AdamWWithMasterWeights(_groups(ref_model), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, fused=True,
+                                     master_storage="remainder", moment_dtype=torch.bfloat16)
+    _train([(te_opt, te_model), (ref_opt, ref_model)], steps=20, seed=8)
+    for p, q in zip(te_model.parameters(), ref_model.parameters()):
+        assert te_opt.state[p]["exp_avg"].dtype == ref_opt.state[q]["exp_avg"].dtype == torch.bfloat16
+    a, b = te_opt.state_dict()["state"], ref_opt.state_dict()["state"]
+    for index in a:
+        torch.testing.assert_close(a[index]["master"], b[index]["master"], rtol=1e-4, atol=1e-5)
