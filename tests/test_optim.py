@@ -135,7 +135,7 @@ def test_master_weight_adamw_uses_the_reference_on_cpu_and_refuses_what_cpu_cann
         master_weight_adamw([{"params": params}], backend="te", moment_dtype="fp32", **kwargs)
     compact = master_weight_adamw([{"params": params}], backend="torch", moment_dtype="bf16",
                                   master_storage="remainder", **kwargs)
-    assert compact.master_storage == "remainder" and compact.moment_dtype == torch.bfloat16
+    assert compact.master_storage == "remainder" and compact.moment_dtypes == (torch.bfloat16, torch.bfloat16)
 
 
 def test_reference_resumes_from_a_portable_state_with_cpu_step_counts():
@@ -211,7 +211,7 @@ def test_remainder_checkpoints_hold_full_masters_and_resume_either_way():
 
 
 def test_bf16_moments_are_stored_in_bf16_and_train_close_to_fp32_ones():
-    (full, model), (compact, twin) = _remainder_pair(moment_dtype=torch.bfloat16)
+    (full, model), (compact, twin) = _remainder_pair(moment_dtypes=(torch.bfloat16, torch.bfloat16))
     gen = torch.Generator().manual_seed(4)
     for _ in range(20):
         _step_all([(full, model), (compact, twin)],
@@ -253,3 +253,25 @@ def test_bf16_true_validation_accumulates_held_out_loss_in_fp32(tmp_path):
             ce_sum, n = masked_cross_entropy_sum(module(batch["input_ids"]).logits, batch["labels"], batch["loss_mask"])
             total, count = total + float(ce_sum), count + float(n)
     assert logged == pytest.approx(total / count, rel=1e-5)
+
+
+def test_bf16_first_moment_keeps_the_second_in_fp32_and_resumes_so():
+    from biomoe.training.optim import master_weight_adamw
+
+    _, model = _pair()
+    opt = master_weight_adamw([{"params": list(model.parameters())}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
+                              backend="torch", moment_dtype="bf16-first", device=torch.device("cpu"), fused=False)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    twin = copy.deepcopy(model)
+    twin_opt = master_weight_adamw([{"params": list(twin.parameters())}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
+                                   backend="torch", moment_dtype="bf16-first", device=torch.device("cpu"), fused=False)
+    twin_opt.load_state_dict(copy.deepcopy(opt.state_dict()))
+    for p in twin.parameters():
+        assert twin_opt.state[p]["exp_avg"].dtype == torch.bfloat16
+        assert twin_opt.state[p]["exp_avg_sq"].dtype == torch.float32
+    grads = [torch.randn_like(p) for p in model.parameters()]
+    _step_all([(opt, model), (twin_opt, twin)], grads)
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(opt.master(a), twin_opt.master(b))

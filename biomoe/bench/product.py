@@ -82,6 +82,9 @@ CLI_VARIANTS: dict[str, CliVariant] = {
     "biomoe-cli-bf16moments": CliVariant(
         "the shipped config with model.optim.moment_dtype=bf16: fp32 masters, bf16 AdamW moments",
         extra_args=("--model.optim.moment_dtype=bf16",)),
+    "biomoe-cli-bf16first": CliVariant(
+        "the shipped config with model.optim.moment_dtype=bf16-first: fp32 masters, the first AdamW "
+        "moment in bf16, the second in fp32", extra_args=("--model.optim.moment_dtype=bf16-first",)),
     "biomoe-cli-ep": CliVariant(
         "biomoe-cli-repeated under ExpertParallelStrategy with expert_parallel_size 1: what the "
         "strategy costs where there is one device (nothing to split or exchange)",

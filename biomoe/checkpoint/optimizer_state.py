@@ -30,8 +30,10 @@ PORTABLE_MASTER = "master"
 TE_MASTER = "master_param"
 MASTER_STORAGES = ("fp32", "remainder")
 """How a master-weight optimizer holds each fp32 master: whole, or as the remainder beside its bf16 weight."""
-MOMENT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-"""The dtypes AdamW's two moments may be stored in (the update is computed in fp32 either way)."""
+MOMENT_DTYPES = {"fp32": (torch.float32, torch.float32), "bf16": (torch.bfloat16, torch.bfloat16),
+                 "bf16-first": (torch.bfloat16, torch.float32)}
+"""The dtypes AdamW's first and second moments (``exp_avg``, ``exp_avg_sq``) may be stored in; the
+update is computed in fp32 either way."""
 
 
 _HALF = 1 << 16

@@ -193,9 +193,10 @@ class OptimConfig:
     (one kernel reads the bf16 gradient and writes the fp32 master, both moments and the bf16
     weight), ``torch`` = biomoe's AdamW on torch's fused kernels (also the CPU path), ``auto`` = te
     when the parameters are on a CUDA device and Transformer Engine is installed."""
-    moment_dtype: str = checked("fp32", choice("fp32", "bf16"))
-    """dtype of AdamW's two moments when master weights are kept: ``fp32`` or ``bf16`` (half their
-    memory and optimizer-step traffic; the update is still computed in fp32)."""
+    moment_dtype: str = checked("fp32", choice("fp32", "bf16", "bf16-first"))
+    """dtype of AdamW's two moments when master weights are kept: ``fp32``, ``bf16`` (both: half
+    their memory and optimizer-step traffic) or ``bf16-first`` (the first moment in bf16, the
+    second in fp32); the update is computed in fp32 either way."""
     master_storage: str = checked("auto", choice("auto", "fp32", "remainder"))
     """How the fp32 master of each bf16 weight is kept: ``fp32`` = a full copy (4 bytes per
     parameter); ``remainder`` = only the 16 bits the bf16 weight lacks (2 bytes; weight and

@@ -11,9 +11,9 @@ DTensor shards.
 
 Two settings trade optimizer memory: ``master_storage="remainder"`` keeps of each fp32 master only
 the 16 bits its bf16 weight lacks (the master is then the weight plus that remainder, exactly: see
-:mod:`biomoe.checkpoint.optimizer_state`), and ``moment_dtype=torch.bfloat16`` stores both moments
-in bf16 (the update is still computed in fp32). Per parameter the state is then 2 + 4 bytes
-instead of 4 + 8.
+:mod:`biomoe.checkpoint.optimizer_state`), and ``moment_dtypes`` stores the first and second
+moments in bf16 where asked (the update is still computed in fp32). Per parameter the state is
+then as little as 2 + 4 bytes instead of 4 + 8.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ class AdamWWithMasterWeights(torch.optim.Optimizer):
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, *, fused: bool | None = None,
                  foreach: bool | None = None, master_dtype: torch.dtype = torch.float32,
-                 master_storage: str = "fp32", moment_dtype: torch.dtype = torch.float32) -> None:
+                 master_storage: str = "fp32",
+                 moment_dtypes: tuple[torch.dtype, torch.dtype] = (torch.float32, torch.float32)) -> None:
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
         if master_storage not in MASTER_STORAGES:
             raise ValueError(f"master_storage: {master_storage!r} is not one of {', '.join(MASTER_STORAGES)}")
@@ -53,7 +54,7 @@ class AdamWWithMasterWeights(torch.optim.Optimizer):
         self.foreach = foreach
         self.master_dtype = master_dtype
         self.master_storage = master_storage
-        self.moment_dtype = moment_dtype
+        self.moment_dtypes = tuple(moment_dtypes)
         # As torch's fused AdamW: step() reads ``grad_scale`` (gradients are divided by it inside the
         # kernel: how clipping and GradScaler hand over their factor) and ``found_inf`` (skip).
         self._step_supports_amp_scaling = self.fused
@@ -73,11 +74,13 @@ class AdamWWithMasterWeights(torch.optim.Optimizer):
                 state["remainder"] = torch.zeros_like(param.detach(), dtype=torch.int16)
             else:
                 state["master"] = param.detach().to(self.master_dtype, copy=True)
-            moments = self.moment_dtype if self.moment_dtype != torch.float32 else self.master_dtype
-            state["exp_avg"] = torch.zeros_like(param.detach(), dtype=moments, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(param.detach(), dtype=moments,
-                                                   memory_format=torch.preserve_format)
+            for key, dtype in zip(("exp_avg", "exp_avg_sq"), self._moment_storage()):
+                state[key] = torch.zeros_like(param.detach(), dtype=dtype, memory_format=torch.preserve_format)
         return state
+
+    def _moment_storage(self) -> tuple[torch.dtype, torch.dtype]:
+        """The stored dtypes of (exp_avg, exp_avg_sq): as asked, fp32 ones follow ``master_dtype``."""
+        return tuple(self.master_dtype if d == torch.float32 else d for d in self.moment_dtypes)
 
     def master(self, param: Tensor) -> Tensor:
         """The fp32 master of ``param`` (joined from its remainder where only that is stored)."""
@@ -115,8 +118,10 @@ class AdamWWithMasterWeights(torch.optim.Optimizer):
                   [s["step"] for s in states], foreach=self.foreach, fused=self.fused or None,
                   amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
                   weight_decay=group["weight_decay"], eps=group["eps"], maximize=False, **scaling)
-            if self.moment_dtype != self.master_dtype:
+            first, second = self._moment_storage()
+            if first != self.master_dtype:
                 foreach_copy_([s["exp_avg"] for s in states], exp_avgs)
+            if second != self.master_dtype:
                 foreach_copy_([s["exp_avg_sq"] for s in states], exp_avg_sqs)
             full = [(p, m) for p, m, s in zip(params, masters, states) if "remainder" not in s]
             if full:
@@ -141,7 +146,7 @@ class AdamWWithMasterWeights(torch.optim.Optimizer):
         return state_dict
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """As torch's, but the masters stay in ``master_dtype`` and the moments in ``moment_dtype``
+        """As torch's, but the masters stay in ``master_dtype`` and the moments in ``moment_dtypes``
         (torch's loader casts every floating state tensor to its parameter's dtype). Where only
         remainders are kept, the saved master is split again, and the weight set from it."""
         saved = {index: {k: v for k, v in entry.items() if k in MASTER_STATE}
@@ -150,13 +155,12 @@ class AdamWWithMasterWeights(torch.optim.Optimizer):
         saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
         params = [p for group in self.param_groups for p in group["params"]]
         step_device = None if self.fused else torch.device("cpu")  # as _state_for places it
-        moments = self.moment_dtype if self.moment_dtype != torch.float32 else self.master_dtype
+        stored = dict(zip(("exp_avg", "exp_avg_sq"), self._moment_storage()), master=self.master_dtype)
         for index, param in zip(saved_ids, params):
             state = self.state[param]
             for key, value in saved.get(index, {}).items():
                 if isinstance(value, Tensor):
-                    dtype = self.master_dtype if key == "master" else moments
-                    state[key] = value.to(device=param.device, dtype=dtype)
+                    state[key] = value.to(device=param.device, dtype=stored[key])
             if "master" in state and self._keeps_remainder(param):
                 state["remainder"] = torch.zeros_like(param.detach(), dtype=torch.int16)
                 self._store_remainder(param, state.pop("master").to(torch.float32))
@@ -195,4 +199,4 @@ def master_weight_adamw(groups: list[dict[str, Any]], *, lr: float, betas: tuple
                                         master_storage="remainder" if master_storage == "auto" else master_storage)
     return AdamWWithMasterWeights(groups, lr=lr, betas=betas, eps=eps, fused=fused,
                                   master_storage="fp32" if master_storage == "auto" else master_storage,
-                                  moment_dtype=MOMENT_DTYPES[moment_dtype])
+                                  moment_dtypes=MOMENT_DTYPES[moment_dtype])

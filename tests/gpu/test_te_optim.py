@@ -144,7 +144,7 @@ def test_bf16_moments_on_the_reference_follow_te_bf16_moments():
     te_model, ref_model = _models()
     te_opt = _te_remainder(te_model, moment_dtype="bf16")
     ref_opt = AdamWWithMasterWeights(_groups(ref_model), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, fused=True,
-                                     master_storage="remainder", moment_dtype=torch.bfloat16)
+                                     master_storage="remainder", moment_dtypes=(torch.bfloat16, torch.bfloat16))
     _train([(te_opt, te_model), (ref_opt, ref_model)], steps=20, seed=8)
     for p, q in zip(te_model.parameters(), ref_model.parameters()):
         assert te_opt.state[p]["exp_avg"].dtype == ref_opt.state[q]["exp_avg"].dtype == torch.bfloat16

@@ -34,10 +34,10 @@ class TEAdamWWithMasterWeights(FusedAdam):
                  master_storage: str = "fp32") -> None:
         if master_storage not in MASTER_STORAGES:
             raise ValueError(f"master_storage: {master_storage!r} is not one of {', '.join(MASTER_STORAGES)}")
-        dtype = MOMENT_DTYPES[moment_dtype]
+        first, second = MOMENT_DTYPES[moment_dtype]
         super().__init__(params, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                          adam_w_mode=True, master_weights=True, master_weight_dtype=torch.float32,
-                         exp_avg_dtype=dtype, exp_avg_sq_dtype=dtype,
+                         exp_avg_dtype=first, exp_avg_sq_dtype=second,
                          store_param_remainders=master_storage == "remainder")
 
     def _keeps_remainder(self, param: torch.Tensor) -> bool:
