@@ -26,6 +26,17 @@ from biomoe.checkpoint.optimizer_state import (MASTER_STORAGES, MOMENT_DTYPES, T
                                                portable_to_te, split_master, te_to_portable)
 
 
+def keeps_remainder(optimizer: FusedAdam, param: torch.Tensor) -> bool:
+    """Whether TE keeps only the remainder of ``param``'s master (bf16 parameters, when asked)."""
+    return optimizer.store_param_remainders and param.dtype == torch.bfloat16
+
+
+def indexed_params(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) -> list[tuple[int, torch.Tensor]]:
+    """(index in ``state_dict``, parameter) pairs, in torch's order of groups and parameters."""
+    saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+    return list(zip(saved_ids, [p for group in optimizer.param_groups for p in group["params"]]))
+
+
 class TEAdamWWithMasterWeights(FusedAdam):
     """Decoupled-weight-decay Adam with fp32 masters kept by TE, checkpointed portably."""
 
@@ -40,19 +51,12 @@ class TEAdamWWithMasterWeights(FusedAdam):
                          exp_avg_dtype=first, exp_avg_sq_dtype=second,
                          store_param_remainders=master_storage == "remainder")
 
-    def _keeps_remainder(self, param: torch.Tensor) -> bool:
-        return self.store_param_remainders and param.dtype == torch.bfloat16
-
-    def _indexed_params(self, state_dict: dict[str, Any]) -> list[tuple[int, torch.Tensor]]:
-        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
-        return list(zip(saved_ids, [p for group in self.param_groups for p in group["params"]]))
-
     def state_dict(self) -> dict[str, Any]:
         """The portable layout: every master a full fp32 tensor (remainders joined with the weights)."""
         state_dict = super().state_dict()
-        for index, param in self._indexed_params(state_dict):
+        for index, param in indexed_params(self, state_dict):
             entry = state_dict["state"].get(index)
-            if entry is not None and self._keeps_remainder(param) and TE_MASTER in entry:
+            if entry is not None and keeps_remainder(self, param) and TE_MASTER in entry:
                 entry[TE_MASTER] = join_master(param.detach(), entry[TE_MASTER])
         return te_to_portable(state_dict)
 
@@ -60,9 +64,9 @@ class TEAdamWWithMasterWeights(FusedAdam):
         """Accepts the portable layout (and TE's own). Where only remainders are kept, each saved
         master is split again and the bf16 weight set from it, so weight and remainder agree."""
         converted = portable_to_te(state_dict, self.param_groups)
-        for index, param in self._indexed_params(converted):
+        for index, param in indexed_params(self, converted):
             entry = converted["state"].get(index)
-            if entry is None or not self._keeps_remainder(param) or TE_MASTER not in entry:
+            if entry is None or not keeps_remainder(self, param) or TE_MASTER not in entry:
                 continue
             master = entry[TE_MASTER]
             if master.dtype == torch.int16:  # TE's own layout: already a remainder
