@@ -130,7 +130,7 @@ def test_master_weight_adamw_uses_the_reference_on_cpu_and_refuses_what_cpu_cann
     kwargs = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, device=torch.device("cpu"), fused=False)
     chosen = master_weight_adamw([{"params": params}], backend="auto", moment_dtype="fp32", **kwargs)
     assert isinstance(chosen, AdamWWithMasterWeights)
-    assert chosen.master_storage == "fp32"  # auto: remainders only where TE's kernel rebuilds them
+    assert chosen.master_storage == "fp32"  # full masters unless remainders are asked for
     with pytest.raises(ConfigError, match="model.optim.backend: te"):
         master_weight_adamw([{"params": params}], backend="te", moment_dtype="fp32", **kwargs)
     compact = master_weight_adamw([{"params": params}], backend="torch", moment_dtype="bf16",

@@ -82,6 +82,10 @@ CLI_VARIANTS: dict[str, CliVariant] = {
     "biomoe-cli-bf16moments": CliVariant(
         "the shipped config with model.optim.moment_dtype=bf16: fp32 masters, bf16 AdamW moments",
         extra_args=("--model.optim.moment_dtype=bf16",)),
+    "biomoe-cli-remainder": CliVariant(
+        "the shipped config with model.optim.master_storage=remainder: each fp32 master kept as the "
+        "16 bits its bf16 weight lacks (half the masters' memory)",
+        extra_args=("--model.optim.master_storage=remainder",)),
     "biomoe-cli-bf16first": CliVariant(
         "the shipped config with model.optim.moment_dtype=bf16-first: fp32 masters, the first AdamW "
         "moment in bf16, the second in fp32", extra_args=("--model.optim.moment_dtype=bf16-first",)),

@@ -178,11 +178,10 @@ def wants_master_weights(params: Iterable[Tensor], setting: bool | None) -> bool
 
 def master_weight_adamw(groups: list[dict[str, Any]], *, lr: float, betas: tuple[float, float], eps: float,
                         backend: str, moment_dtype: str, device: torch.device, fused: bool,
-                        master_storage: str = "auto") -> torch.optim.Optimizer:
+                        master_storage: str = "fp32") -> torch.optim.Optimizer:
     """The AdamW that keeps fp32 master weights: TE's fused kernel on a CUDA device where it is
     installed (``backend`` auto or te), else :class:`AdamWWithMasterWeights`. Both store the
-    masters and moments as asked (``master_storage``, ``moment_dtype``) with the same numerics;
-    ``master_storage="auto"`` keeps remainders where TE's kernel rebuilds the masters for free.
+    masters and moments as asked (``master_storage``, ``moment_dtype``) with the same numerics.
 
     Raises :class:`~biomoe.errors.ConfigError` for a choice this machine cannot run, rather than silently
     falling back (``backend: te`` without TE or CUDA).
@@ -196,7 +195,7 @@ def master_weight_adamw(groups: list[dict[str, Any]], *, lr: float, betas: tuple
         from biomoe.backends.te.optim import TEAdamWWithMasterWeights  # optional dependency: imports TE
 
         return TEAdamWWithMasterWeights(groups, lr=lr, betas=betas, eps=eps, moment_dtype=moment_dtype,
-                                        master_storage="remainder" if master_storage == "auto" else master_storage)
+                                        master_storage=master_storage)
     return AdamWWithMasterWeights(groups, lr=lr, betas=betas, eps=eps, fused=fused,
-                                  master_storage="fp32" if master_storage == "auto" else master_storage,
+                                  master_storage=master_storage,
                                   moment_dtypes=MOMENT_DTYPES[moment_dtype])
