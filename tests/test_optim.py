@@ -98,6 +98,7 @@ def test_bf16_true_fit_uses_master_weights_and_learns(tmp_path):
     from biomoe.model.config import ModelConfig, OptimConfig
     from biomoe.training.module import BioMoEModule
 
+    torch.manual_seed(0)  # the initial weights must not depend on which tests ran before
     cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                       num_experts=4, top_k=2, ffn_hidden_size=32)
     module = BioMoEModule(cfg, OptimConfig(lr=1e-2, warmup_steps=1, max_steps=40), log_expert_load_every_n_steps=0)

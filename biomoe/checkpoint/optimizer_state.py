@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["MASTER_STORAGES", "MOMENT_DTYPES", "PORTABLE_MASTER", "TE_MASTER", "join_master", "split_master",
+__all__ = ["MASTER_STORAGES", "MOMENT_DTYPES", "PORTABLE_MASTER", "TE_MASTER", "join_master", "split_master", "join_bits", "split_bits",
            "te_to_portable", "portable_to_te"]
 
 PORTABLE_MASTER = "master"
@@ -68,23 +68,34 @@ def join_master(weight: torch.Tensor, remainder: torch.Tensor) -> torch.Tensor:
     if weight.dtype != torch.bfloat16 or remainder.dtype != torch.int16:
         raise TypeError(f"join_master needs a bf16 weight and an int16 remainder, got {weight.dtype} "
                         f"and {remainder.dtype}")
-    low = local_shard(remainder).to(torch.int32)
-    upper = _wrap_int16(local_shard(weight).view(torch.int16).to(torch.int32) - (low < 0).to(torch.int32))
-    # upper * 2**16 + low's 16 bits: the fp32 bit pattern, without shifting a negative number.
-    return _sharded_like((upper * _HALF + torch.remainder(low, _HALF)).view(torch.float32), weight)
+    return _sharded_like(join_bits(local_shard(weight), local_shard(remainder)), weight)
 
 
 def split_master(master: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(bf16 weight, int16 remainder)`` of an fp32 ``master``: the inverse of :func:`join_master`."""
     if master.dtype != torch.float32:
         raise TypeError(f"split_master needs an fp32 master, got {master.dtype}")
-    bits = local_shard(master).contiguous().view(torch.int32)
+    weight, remainder = split_bits(local_shard(master))
+    return _sharded_like(weight, master), _sharded_like(remainder, master)
+
+
+def join_bits(weight: torch.Tensor, remainder: torch.Tensor) -> torch.Tensor:
+    """:func:`join_master` on plain tensors, in elementwise integer ops only (no checks, no
+    DTensor), so that ``torch.compile`` can fuse it into an optimizer's update."""
+    low = remainder.to(torch.int32)
+    upper = _wrap_int16(weight.view(torch.int16).to(torch.int32) - (low < 0).to(torch.int32))
+    # upper * 2**16 + low's 16 bits: the fp32 bit pattern, without shifting a negative number.
+    return (upper * _HALF + torch.remainder(low, _HALF)).view(torch.float32)
+
+
+def split_bits(master: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`split_master` on a plain fp32 tensor, in elementwise integer ops only."""
+    bits = master.contiguous().view(torch.int32)
     low = torch.remainder(bits, _HALF)  # 0 .. 2**16 - 1: the lower half's bit pattern
     remainder = _wrap_int16(low)
     upper = torch.div(bits - low, _HALF, rounding_mode="floor")  # the upper half, signed
     weight = _wrap_int16(upper + (remainder < 0).to(torch.int32))
-    return (_sharded_like(weight.to(torch.int16).view(torch.bfloat16), master),
-            _sharded_like(remainder.to(torch.int16), master))
+    return weight.to(torch.int16).view(torch.bfloat16), remainder.to(torch.int16)
 
 
 def te_to_portable(state_dict: dict[str, Any]) -> dict[str, Any]:

@@ -161,7 +161,7 @@ RULES: dict[str, Check] = {
     **_section(ModelConfig),
     # --- model.optim: AdamW and its schedule. A learning rate of 0 (allowed in Python: the weights
     # stay as they are) trains nothing, so the command line refuses it.
-    **_section(OptimConfig, lr=real(0.0, lo_open=True), backend=_BACKEND),
+    **_section(OptimConfig, lr=real(0.0, lo_open=True)),
     # --- model.runtime: how the model runs
     **_section(RuntimeConfig, expert_backend=_expert_backend, **_LAYER_BACKENDS),
     "model.log_expert_load_every_n_steps": integer(0),
