@@ -330,7 +330,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--variant-precisions", default="bf16",
                         help="precisions of the biomoe-cli-* variants (default bf16)")
     parser.add_argument("--contenders", default=",".join(DEFAULT_CONTENDERS),
-                        help="comma list; also hf-bf16-foreach, biomoe-loop-compile, biomoe-cli-compile, biomoe-cli-bf16-mixed")
+                        help="comma list, default as shown; any of "
+                             f"{', '.join([*HF_CONTENDERS, *LOOP_CONTENDERS, *CLI_VARIANTS])}")
     parser.add_argument("--rows", default="",
                         help="comma list of globs over row ids shape@tokens/contender/precision, e.g. "
                              "'mixtral-2layer@16384/*' (the baseline row of each kept shape always runs)")
