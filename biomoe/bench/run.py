@@ -330,7 +330,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--variant-precisions", default="bf16",
                         help="precisions of the biomoe-cli-* variants (default bf16)")
     parser.add_argument("--contenders", default=",".join(DEFAULT_CONTENDERS),
-                        help="comma list, default as shown; any of "
+                        help=f"comma list (default {','.join(DEFAULT_CONTENDERS)}); any of "
                              f"{', '.join([*HF_CONTENDERS, *LOOP_CONTENDERS, *CLI_VARIANTS])}")
     parser.add_argument("--rows", default="",
                         help="comma list of globs over row ids shape@tokens/contender/precision, e.g. "
