@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from biomoe.training.compiled_adamw import CompiledAdamWWithMasterWeights
-from biomoe.training.optim import AdamWWithMasterWeights, master_weight_adamw
+from biomoe.training.optim import AdamWWithMasterWeights
+from biomoe.training.optimizer_choice import master_weight_adamw
 
 
 def _models(seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:

@@ -7,7 +7,8 @@ import copy
 import pytest
 import torch
 
-from biomoe.training.optim import AdamWWithMasterWeights, wants_master_weights
+from biomoe.training.optim import AdamWWithMasterWeights
+from biomoe.training.optimizer_choice import wants_master_weights
 
 
 def _pair(seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -93,7 +94,7 @@ def test_master_weights_are_chosen_for_low_precision_parameters_only():
 def test_bf16_true_fit_uses_master_weights_and_learns(tmp_path):
     """The Lightning path: trainer.precision bf16-true gives bf16 parameters, fp32 masters, and the
     loss falls on a learnable sequence."""
-    import lightning as L
+    from helpers.pattern_fit import fit_on_a_repeating_pattern
 
     from biomoe.model.config import ModelConfig, OptimConfig
     from biomoe.training.module import BioMoEModule
@@ -102,20 +103,7 @@ def test_bf16_true_fit_uses_master_weights_and_learns(tmp_path):
     cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                       num_experts=4, top_k=2, ffn_hidden_size=32)
     module = BioMoEModule(cfg, OptimConfig(lr=1e-2, warmup_steps=1, max_steps=40), log_expert_load_every_n_steps=0)
-    pattern = torch.tensor([4, 5, 6, 7, 5, 5, 4, 7, 6])
-    ids = torch.stack([pattern[(torch.arange(65) + i) % 9] for i in range(8)])
-    batch = {"input_ids": ids[:, :-1], "labels": ids[:, 1:], "loss_mask": torch.ones(8, 64)}
-    losses = []
-
-    class Record(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, *args):
-            losses.append(float(outputs["loss"]))
-
-    trainer = L.Trainer(accelerator="cpu", precision="bf16-true", max_steps=40, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[Record()], default_root_dir=tmp_path)
-    loader = torch.utils.data.DataLoader([batch] * 40, batch_size=None)
-    trainer.fit(module, train_dataloaders=loader)
+    trainer, losses = fit_on_a_repeating_pattern(module, tmp_path, accelerator="cpu")
     optimizer = trainer.optimizers[0]
     assert isinstance(optimizer, AdamWWithMasterWeights)
     param = next(module.model.parameters())
@@ -125,7 +113,7 @@ def test_bf16_true_fit_uses_master_weights_and_learns(tmp_path):
 
 def test_master_weight_adamw_uses_the_reference_on_cpu_and_refuses_what_cpu_cannot_run():
     from biomoe.errors import ConfigError
-    from biomoe.training.optim import master_weight_adamw
+    from biomoe.training.optimizer_choice import master_weight_adamw
 
     params = [torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))]
     kwargs = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, device=torch.device("cpu"), fused=False)
@@ -257,7 +245,7 @@ def test_bf16_true_validation_accumulates_held_out_loss_in_fp32(tmp_path):
 
 
 def test_bf16_first_moment_keeps_the_second_in_fp32_and_resumes_so():
-    from biomoe.training.optim import master_weight_adamw
+    from biomoe.training.optimizer_choice import master_weight_adamw
 
     _, model = _pair()
     opt = master_weight_adamw([{"params": list(model.parameters())}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8,

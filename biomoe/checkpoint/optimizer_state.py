@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["MASTER_STORAGES", "MOMENT_DTYPES", "PORTABLE_MASTER", "TE_MASTER", "join_master", "split_master", "join_bits", "split_bits",
-           "te_to_portable", "portable_to_te"]
+__all__ = ["MASTER_STORAGES", "MOMENT_DTYPES", "PORTABLE_MASTER", "TE_MASTER", "join_master", "split_master",
+           "join_bits", "split_bits", "te_to_portable", "portable_to_te"]
 
 PORTABLE_MASTER = "master"
 TE_MASTER = "master_param"

@@ -21,7 +21,7 @@ from biomoe.model.losses import LN2, masked_cross_entropy_rows, masked_cross_ent
 from biomoe.model.transformer import MoETransformer
 from biomoe.training.grad_norms import clip_grad_norm_shared, drop_grad_scale, forget_step_grad_norms
 from biomoe.training.held_out_metric import Fp32MeanMetric
-from biomoe.training.optim import master_weight_adamw, wants_master_weights
+from biomoe.training.optimizer_choice import master_weight_adamw, wants_master_weights
 from biomoe.training.resume import CHECKPOINT_KEY, collect_resume_state, restore_resume_state
 
 
