@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,23 +49,15 @@ def contenders(te: bool) -> list[tuple[str, int, Factory]]:
 
 
 def time_ms(fn: Callable[[], Any], iters: int, warmup: int, device: torch.device) -> list[float]:
-    """Per-call times in ms (CUDA events on a GPU, wall clock elsewhere), after ``warmup`` calls."""
-    for _ in range(warmup):
+    """Per-call times in ms of ``iters`` calls after ``warmup`` (the bench's :class:`StepClock`)."""
+    from biomoe.bench.timing import StepClock
+
+    clock = StepClock(device)
+    for _ in range(warmup + iters):
+        clock.start()
         fn()
-    times = []
-    for _ in range(iters):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return times
+        clock.end()
+    return clock.busy_ms(warmup, iters)
 
 
 def measure(params: list[torch.Tensor], rows: list[tuple[str, int, Factory]], iters: int = 10,

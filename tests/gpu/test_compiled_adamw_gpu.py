@@ -88,7 +88,7 @@ def test_compiled_update_follows_te_fused_adam():
 
 
 def test_a_bf16_true_fit_with_the_compiled_backend_learns(tmp_path):
-    import lightning as L
+    from helpers.pattern_fit import fit_on_a_repeating_pattern
 
     from biomoe.model.config import ModelConfig, OptimConfig
     from biomoe.training.module import BioMoEModule
@@ -100,19 +100,8 @@ def test_a_bf16_true_fit_with_the_compiled_backend_learns(tmp_path):
                       num_experts=4, top_k=2, ffn_hidden_size=64)
     module = BioMoEModule(cfg, OptimConfig(lr=1e-2, warmup_steps=5, max_steps=40, backend="compiled"),
                           log_expert_load_every_n_steps=0)
-    pattern = torch.tensor([4, 5, 6, 7, 5, 5, 4, 7, 6])
-    ids = torch.stack([pattern[(torch.arange(65) + i) % 9] for i in range(8)])
-    batch = {"input_ids": ids[:, :-1], "labels": ids[:, 1:], "loss_mask": torch.ones(8, 64)}
-    losses = []
-
-    class Record(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, *args):
-            losses.append(float(outputs["loss"]))
-
-    trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-true", max_steps=40, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        gradient_clip_val=1.0, callbacks=[Record()], default_root_dir=tmp_path)
-    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([batch] * 40, batch_size=None))
+    trainer, losses = fit_on_a_repeating_pattern(module, tmp_path, accelerator="gpu", devices=1,
+                                                 gradient_clip_val=1.0)
     assert isinstance(trainer.optimizers[0], CompiledAdamWWithMasterWeights)
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
     frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
