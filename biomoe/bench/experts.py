@@ -1,0 +1,287 @@
+"""Do the experts pay? MoE against the dense model of equal active parameters, on a corpus.
+
+Every contender is a real ``cli.py fit`` of ``configs/corpus-study.yaml`` with only the model changed,
+so all read the same rows in the same order with the same schedule. They run **side by side** on one
+GPU (a machine holds several of these networks at once): same tokens, and the wall clock of one
+shared device. The held-out strains and species are validation files, so every validation logs
+their bits/base per genome: the learning curves that the report groups by the corpus split
+(seen species = the last 1 % of every training genome; held-out strains; held-out species).
+
+    python -m biomoe.bench.experts subset data/large/corpus data/corpus-splits.tsv /tmp/corpus-subset \
+        --train-bases 2000000 --heldout-bases 400000
+    python cli.py prepare /tmp/corpus-subset --splits data/corpus-splits.tsv --out /tmp/subset.store
+    python -m biomoe.bench.experts run --data /tmp/subset.store --sizes base --variants moe,dense,top1,fine,auxfree \
+        --steps 1500 --out runs/experts
+    python -m biomoe.bench.experts report runs/experts --splits data/corpus-splits.tsv --out results/experts
+
+Variants are the ones the MoE literature says make experts pay, each at equal active parameters
+per token: ``top1`` (one expert of twice the width, Switch), ``fine`` (4x as many experts of a
+quarter the width, top-8, DeepSeekMoE's fine-grained experts), ``auxfree`` (DeepSeek-V3's
+bias-based balancing instead of the auxiliary loss).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from biomoe.data.corpus import read_records, read_splits
+from biomoe.files import write_text
+
+CONFIG = "configs/corpus-study.yaml"
+
+SIZES: dict[str, dict[str, int]] = {
+    # configs/genome.yaml's network (and configs/pretrain-corpus.yaml's)
+    "base": {"hidden_size": 512, "num_heads": 8, "num_kv_heads": 4, "ffn_hidden_size": 1024},
+    # about 4x the parameters: twice the width everywhere
+    "4x": {"hidden_size": 1024, "num_heads": 16, "num_kv_heads": 8, "ffn_hidden_size": 2048},
+}
+
+
+def variant_settings(variant: str, ffn: int) -> dict[str, object]:
+    """``model.config`` overrides of a variant, at equal active parameters per token (2 x ffn)."""
+    table: dict[str, dict[str, object]] = {
+        "moe": {},
+        "dense": {"moe_layers": []},  # a dense block's width defaults to ffn * top_k
+        "top1": {"top_k": 1, "ffn_hidden_size": 2 * ffn},
+        "fine": {"num_experts": 32, "top_k": 8, "ffn_hidden_size": ffn // 4},
+        "auxfree": {"router_bias_update_rate": 0.001, "aux_loss_coef": 0.0},
+    }
+    if variant not in table:
+        raise SystemExit(f"biomoe: error: --variants: unknown variant '{variant}' (known: {', '.join(table)})")
+    return table[variant]
+
+
+# -- the subset that travels ----------------------------------------------------------------------
+def _wrap(seq: str, width: int = 80) -> str:
+    return "\n".join(seq[i:i + width] for i in range(0, len(seq), width))
+
+
+def subset_file(path: Path, held_out: bool, train_bases: int, heldout_bases: int, piece: int = 32768) -> str:
+    """FASTA text of one file's share: a training genome's first ``train_bases`` (records in order,
+    the last one cut), or a held-out genome's ``heldout_bases`` as evenly spaced pieces (so a
+    genome's score is not that of its first replichore alone)."""
+    records = list(read_records(path))
+    if not held_out:
+        out, left = [], train_bases
+        for name, seq in records:
+            if left <= 0:
+                break
+            out.append(f">{name}\n{_wrap(seq[:left])}")
+            left -= min(len(seq), left)
+        return "\n".join(out) + "\n"
+    total = sum(len(s) for _, s in records)
+    n_pieces = max(1, min(heldout_bases // piece, total // piece))
+    starts = np.linspace(0, max(total - piece, 0), n_pieces).astype(np.int64)
+    offsets = np.cumsum([0] + [len(s) for _, s in records])
+    out = []
+    for start in starts:
+        i = int(np.searchsorted(offsets, start, side="right") - 1)
+        name, seq = records[i]
+        lo = int(start - offsets[i])
+        chunk = seq[lo:lo + piece]
+        if chunk:
+            out.append(f">{name.split()[0]}:{lo + 1}-{lo + len(chunk)}\n{_wrap(chunk)}")
+    return "\n".join(out) + "\n"
+
+
+def subset(args: argparse.Namespace) -> int:
+    splits = read_splits(args.splits)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for i, (name, split) in enumerate(sorted(splits.items())):
+        src = Path(args.corpus) / name
+        if not src.exists():
+            print(f"biomoe: error: {src}: listed in {args.splits} but missing (run make data-corpus)", file=sys.stderr)
+            return 2
+        write_text(out / name, subset_file(src, split != "train", args.train_bases, args.heldout_bases))
+        print(f"[{i + 1}/{len(splits)}] {name} ({split})", file=sys.stderr, flush=True)
+    return 0
+
+
+# -- running the contenders side by side -------------------------------------------------------
+def contender_args(size: str, variant: str, data: str, steps: int, evaluations: int, run_dir: Path,
+                   extra: list[str]) -> list[str]:
+    cfg = dict(SIZES[size])
+    cfg.update(variant_settings(variant, SIZES[size]["ffn_hidden_size"]))
+    args = [sys.executable, "cli.py", "fit", "--config", CONFIG, "--data.fasta", data,
+            "--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(max(1, steps // evaluations)),
+            "--trainer.default_root_dir", str(run_dir), "--trainer.logger.init_args.save_dir", str(run_dir)]
+    for key, value in cfg.items():
+        args += [f"--model.config.{key}", json.dumps(value)]
+    return args + list(extra)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    procs: dict[str, tuple[subprocess.Popen, float]] = {}
+    for size in args.sizes.split(","):
+        for variant in args.variants.split(","):
+            name = f"{size}-{variant}"
+            cmd = contender_args(size, variant, args.data, args.steps, args.evaluations, out / name, args.extra)
+            write_text(out / name / "command.txt", " ".join(cmd[1:]) + "\n")
+            log = (out / name / "fit.log").open("w")
+            procs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), time.perf_counter())
+            print(f"started {name}", file=sys.stderr, flush=True)
+    failed = 0
+    for name, (proc, started) in procs.items():
+        code = proc.wait()
+        wall = time.perf_counter() - started
+        write_text(out / name / "wall.json", json.dumps({"wall_s": wall, "exit": code}) + "\n")
+        print(f"{name}: exit {code} after {wall:.0f} s", file=sys.stderr, flush=True)
+        failed += code != 0
+    return 1 if failed else 0
+
+
+# -- the report -------------------------------------------------------------------------------
+GROUPS = {"train": "seen species", "heldout-strain": "held-out strains", "heldout-species": "held-out species"}
+
+
+@dataclass
+class Contender:
+    name: str
+    tokens_per_step: int
+    curve: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # group -> [(tokens, bits/base)]
+    tokens_per_s: float | None = None
+    wall_s: float | None = None
+    final: dict[str, float] = field(default_factory=dict)
+
+
+def _label(file_name: str) -> str:
+    for suffix in (".gz", ".fa", ".fna", ".fasta"):
+        file_name = file_name.removesuffix(suffix)
+    return file_name
+
+
+def read_contender(run_dir: Path, splits: dict[str, str]) -> Contender:
+    """Per-group mean of the per-genome validation bits/base (each genome counts once) at every validation."""
+    command = (run_dir / "command.txt").read_text().split()
+    value = {command[i]: command[i + 1] for i in range(len(command) - 1) if command[i].startswith("--")}
+    metrics = sorted(run_dir.glob("version_*/metrics.csv"))
+    if not metrics:
+        raise SystemExit(f"biomoe: error: {run_dir}: no version_*/metrics.csv (did the fit start? see fit.log)")
+    label_split = {_label(f): s for f, s in splits.items()}
+    rows = list(csv.DictReader(metrics[-1].open()))
+    c = Contender(run_dir.name, 0)
+    speeds = [float(r["train/tokens_per_s"]) for r in rows if r.get("train/tokens_per_s")]
+    c.tokens_per_s = statistics.median(speeds[len(speeds) // 4:]) if speeds else None
+    wall = run_dir / "wall.json"
+    c.wall_s = json.loads(wall.read_text())["wall_s"] if wall.exists() else None
+    batch, seq = _data_shape(run_dir, value)
+    c.tokens_per_step = batch * seq
+    for r in rows:
+        per_group: dict[str, list[float]] = {}
+        for key, text in r.items():
+            if text and key.startswith("val/") and key.endswith("/bits_per_base") and key.count("/") == 2:
+                split = label_split.get(key.split("/")[1])
+                if split in GROUPS:
+                    per_group.setdefault(GROUPS[split], []).append(float(text))
+        if per_group and r.get("step"):
+            tokens = (int(r["step"]) + 1) * c.tokens_per_step
+            for group, values in per_group.items():
+                c.curve.setdefault(group, []).append((tokens, float(np.mean(values))))
+    c.final = {group: points[-1][1] for group, points in c.curve.items()}
+    return c
+
+
+def _data_shape(run_dir: Path, value: dict[str, str]) -> tuple[int, int]:
+    """(batch_size, seq_length) the run used, from the config the run recorded."""
+    import yaml
+
+    for saved in sorted(run_dir.glob("version_*/config.yaml")):
+        data = yaml.safe_load(saved.read_text()).get("data", {})
+        return int(data["batch_size"]), int(data["seq_length"])
+    return int(value.get("--data.batch_size", 64)), int(value.get("--data.seq_length", 1024))
+
+
+def markdown(contenders: list[Contender], command: str) -> str:
+    groups = list(GROUPS.values())
+    lines = ["| model | " + " | ".join(groups) + " | tokens | tokens/s (side by side) | wall |",
+             "| --- | " + " | ".join("---:" for _ in groups) + " | ---: | ---: | ---: |"]
+    for c in contenders:
+        tokens = max((p[0] for pts in c.curve.values() for p in pts), default=0)
+        cells = [f"{c.final[g]:.4f}" if g in c.final else "–" for g in groups]
+        speed = f"{c.tokens_per_s / 1e3:.0f}k" if c.tokens_per_s else "–"
+        wall = f"{c.wall_s:.0f} s" if c.wall_s else "–"
+        lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {tokens / 1e6:.1f}M | {speed} | {wall} |")
+    return "\n".join(lines) + f"\n\nHeld-out bits/base at the last validation (mean over the genomes of each group).\n\n```bash\n{command}\n```\n"
+
+
+def plot(contenders: list[Contender], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = list(GROUPS.values())
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), sharex=True)
+    for ax, group in zip(axes, groups):
+        for c in contenders:
+            pts = c.curve.get(group)
+            if pts:
+                style = "--" if "dense" in c.name else "-"
+                ax.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], style, marker=".", label=c.name)
+        ax.set_title(group)
+        ax.set_xlabel("training tokens (millions)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("bits/base")
+    axes[-1].legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    tmp.replace(path)
+
+
+def report(args: argparse.Namespace) -> int:
+    splits = read_splits(args.splits)
+    runs = sorted(p for p in Path(args.runs).iterdir() if (p / "command.txt").exists())
+    contenders = [read_contender(p, splits) for p in runs]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = args.command or " ".join(["python -m biomoe.bench.experts report", args.runs])
+    write_text(out / "summary.json", json.dumps({"command": command, "contenders": [asdict(c) for c in contenders]},
+                                                indent=1) + "\n")
+    write_text(out / "summary.md", markdown(contenders, command))
+    plot(contenders, out / "curves.png")
+    print(markdown(contenders, command))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m biomoe.bench.experts", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    s = sub.add_parser("subset", help="a species-balanced subset of the corpus, as FASTA")
+    s.add_argument("corpus")
+    s.add_argument("splits")
+    s.add_argument("out")
+    s.add_argument("--train-bases", type=int, default=2_000_000, help="at most this many bases per training genome")
+    s.add_argument("--heldout-bases", type=int, default=400_000, help="bases per held-out genome, evenly spaced pieces")
+    r = sub.add_parser("run", help="every size x variant as cli.py fit, side by side")
+    r.add_argument("--data", required=True, help="the prepared store (or FASTA folder) to train and validate on")
+    r.add_argument("--sizes", default="base")
+    r.add_argument("--variants", default="moe,dense")
+    r.add_argument("--steps", type=int, default=1500)
+    r.add_argument("--evaluations", type=int, default=6)
+    r.add_argument("--out", required=True)
+    r.add_argument("extra", nargs="*", help="more cli.py fit options for every contender (after --)")
+    p = sub.add_parser("report", help="tables and curves from the runs")
+    p.add_argument("runs")
+    p.add_argument("--splits", default="data/corpus-splits.tsv")
+    p.add_argument("--out", required=True)
+    p.add_argument("--command", default="", help="the command line to record in the summary")
+    args = parser.parse_args(argv)
+    return {"subset": subset, "run": run, "report": report}[args.what](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

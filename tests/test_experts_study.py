@@ -1,0 +1,67 @@
+"""The MoE-against-dense study runner: equal active parameters per variant, the subset that travels,
+and the report's grouping of per-genome validation curves by corpus split."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from biomoe.bench import experts
+from biomoe.model.config import ModelConfig
+
+
+def active_mlp_params(cfg: ModelConfig) -> int:
+    """MLP weights one token passes through in one block (SwiGLU: 3 matrices)."""
+    if cfg.moe_layer_ids:
+        return cfg.top_k * 3 * cfg.hidden_size * cfg.ffn_hidden_size
+    return 3 * cfg.hidden_size * cfg.dense_ffn_size
+
+
+@pytest.mark.parametrize("size", sorted(experts.SIZES))
+@pytest.mark.parametrize("variant", ["moe", "dense", "top1", "fine", "auxfree"])
+def test_every_variant_has_the_active_parameters_of_the_dense_model(size: str, variant: str) -> None:
+    base = dict(experts.SIZES[size], vocab_size=64, num_layers=2)
+    dense = ModelConfig(**{**base, **experts.variant_settings("dense", base["ffn_hidden_size"])})
+    other = ModelConfig(**{**base, **experts.variant_settings(variant, base["ffn_hidden_size"])})
+    assert active_mlp_params(other) == active_mlp_params(dense)
+    assert bool(other.moe_layer_ids) == (variant != "dense")
+
+
+def test_unknown_variant_is_one_line() -> None:
+    with pytest.raises(SystemExit, match="unknown variant 'shared'"):
+        experts.variant_settings("shared", 1024)
+
+
+def test_subset_caps_training_genomes_and_spreads_held_out_pieces(tmp_path: Path) -> None:
+    fasta = tmp_path / "g.fa"
+    fasta.write_text(">a\n" + "A" * 5000 + "\n>b desc\n" + "C" * 5000 + "\n")
+    train = experts.subset_file(fasta, held_out=False, train_bases=7000, heldout_bases=0)
+    assert train.replace("\n", "").replace(">a", "").replace(">b desc", "") == "A" * 5000 + "C" * 2000
+    held = experts.subset_file(fasta, held_out=True, train_bases=0, heldout_bases=3000, piece=1000)
+    names = [line for line in held.splitlines() if line.startswith(">")]
+    assert len(names) == 3
+    assert names[0] == ">a:1-1000" and names[-1] == ">b:4001-5000"  # first and last piece of the genome
+
+
+def test_report_groups_genomes_by_split(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "base-moe"
+    (run / "version_0").mkdir(parents=True)
+    (run / "command.txt").write_text("cli.py fit --data.fasta s\n")
+    (run / "version_0" / "config.yaml").write_text("data:\n  batch_size: 4\n  seq_length: 100\n")
+    keys = ["step", "train/tokens_per_s", "val/seen1/bits_per_base", "val/seen2/bits_per_base",
+            "val/strain/bits_per_base", "val/species/bits_per_base"]
+    with (run / "version_0" / "metrics.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, keys)
+        writer.writeheader()
+        writer.writerow({"step": 9, "train/tokens_per_s": 1000.0})
+        writer.writerow({"step": 9, "val/seen1/bits_per_base": 1.9, "val/seen2/bits_per_base": 1.7,
+                         "val/strain/bits_per_base": 1.95, "val/species/bits_per_base": 1.99})
+    splits = {"seen1.fa": "train", "seen2.fa": "train", "strain.fa": "heldout-strain", "species.fa": "heldout-species"}
+    c = experts.read_contender(run, splits)
+    assert c.final == pytest.approx({"seen species": 1.8, "held-out strains": 1.95, "held-out species": 1.99})
+    assert c.curve["seen species"][0][0] == 10 * 400  # tokens after step index 9
+    assert c.tokens_per_s == 1000.0
+    json.dumps(experts.asdict(c))
