@@ -64,7 +64,7 @@ def test_export_hf_takes_ckpt_path_too(files, tmp_path, capsys):
     assert cli_main(["export-hf", "--ckpt_path", str(files[0]), str(tmp_path / "hf")]) == 0
     assert (tmp_path / "hf" / "config.json").is_file()
     assert cli_main(["export-hf", "--ckpt_path", str(files[0])]) == 2
-    assert "required: out_dir" in error_line(capsys.readouterr().err)
+    assert "required: --out" in error_line(capsys.readouterr().err)
 
 
 def test_score_fasta_windows_default_to_the_training_length(files, tmp_path, capsys):

@@ -156,7 +156,7 @@ def test_cli_errors_are_one_line(ckpt, write_fasta, tmp_path, capsys):
     fasta = write_fasta({"chr1": random_dna(100)})
     cases = [
         (["--prompt", "ACGTJ", "--out", str(tmp_path / "x.fa")], "--prompt"),
-        (["--prompt-region", "chr1:1-10", "--out", str(tmp_path / "x.fa")], "needs --fasta"),
+        (["--prompt-region", "chr1:1-10", "--out", str(tmp_path / "x.fa")], "needs the genome"),
         (["--prompt-region", "chr9:1-10", "--fasta", str(fasta), "--out", str(tmp_path / "x.fa")], "chr9"),
         (["--prompt-region", "chr1:90-120", "--fasta", str(fasta), "--out", str(tmp_path / "x.fa")], "beyond"),
         (["--prompt-region", "chr1:1-10", "--fasta", str(fasta), "--out", str(fasta)], "an input"),

@@ -169,5 +169,7 @@ def model_from_args(args: argparse.Namespace):
     """The checkpoint of ``args.ckpt`` built to run on ``args.device`` with the runtime options
     (:func:`add_runtime_options`) -> :class:`~biomoe.inference.load.InferenceModel`."""
     from biomoe.inference.load import load_for_inference  # torch and the model: only once a command runs
+    from biomoe.inference.precision_check import check_inference_precision
 
+    check_inference_precision(getattr(args, "precision", None), args.device)  # fp32 listed among what works
     return load_for_inference(args.ckpt, args.device, getattr(args, "precision", None), runtime_overrides(args))

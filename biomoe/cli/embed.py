@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = parse_model_command(build_parser(), argv)
     # imported after parsing: --help stays fast
-    from biomoe.checkpoint.records import training_seq_length
+    from biomoe.cli.windows import scoring_window
     from biomoe.inference.batching import check_window_memory
     from biomoe.inference.embed import EmbeddingLayout, embed_genome, parse_layer
 
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
         layer = parse_layer(args.layer, model.config.num_layers)
     except ValueError as exc:
         raise GenomeInputError(None, f"--layer: {exc}") from None
-    window = args.window or training_seq_length(args.ckpt) or 1024
+    window = scoring_window(args.window, args.ckpt)  # checked against the training length
     check_window_memory(window, model, max(c.length for c in genome.contigs))
     layout = EmbeddingLayout([c.name for c in genome.contigs], [c.length for c in genome.contigs],
                              args.pool, args.pool_size)

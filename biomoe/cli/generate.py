@@ -1,6 +1,7 @@
 """``biomoe generate``: sample DNA from a trained model.
 
-The prompt is ``--prompt`` bases, a ``--prompt-region`` of ``--fasta``, or nothing (the model
+The prompt is ``--prompt`` bases, a ``--prompt-region`` of the FASTA files given after the
+checkpoint, or nothing (the model
 starts from ``<bos>`` alone). The samples are written as one FASTA file, records ``NAME_1``,
 ``NAME_2``, ..., each header saying how it was drawn. Sampling itself (temperature, top-k, top-p,
 the context window, one seeded stream per sample, the CUDA-graph decoding on a GPU) is
@@ -23,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from biomoe.cli.arguments import (CommandParser, add_checkpoint_argument, add_device_option, add_progress_option,
-                                  add_runtime_options, model_from_args, parse_model_command, positive_int)
+                                  add_runtime_options, checkpoint_of, model_from_args, positive_int)
+from biomoe.cli.grammar import merge_hidden_inputs
 from biomoe.data.contig_names import ContigNameError, ContigNames
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
@@ -48,8 +50,9 @@ def _prompt_from_args(args: argparse.Namespace) -> tuple[np.ndarray | None, str,
             raise GenomeInputError(None, f"--prompt: character(s) {''.join(bad)!r} are not IUPAC nucleotide codes")
         return tokenizer.encode(text), f"prompt={len(text)}bp", []
     if args.prompt_region is not None:
-        if args.fasta is None:
-            raise GenomeInputError(None, "--prompt-region needs --fasta (the genome the region is in)")
+        if not args.fasta:
+            raise GenomeInputError(None, "--prompt-region needs the genome the region is in: give its FASTA "
+                                         "file(s) after the checkpoint")
         genome = open_reader(args.fasta)
         source = " ".join(args.fasta)
         try:
@@ -103,8 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     prompt = parser.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", default=None, help="bases to continue (default: start from <bos> alone)")
     prompt.add_argument("--prompt-region", default=None, metavar="CONTIG:START-END",
-                        help="continue this region of --fasta (1-based, inclusive; a bare contig name = all of it)")
-    parser.add_argument("--fasta", nargs="+", default=None, help="genome FASTA for --prompt-region")
+                        help="continue this region of the FASTA files (1-based, inclusive; a bare contig name = "
+                             "all of it)")
+    parser.add_argument("fasta", nargs="*", help="genome FASTA file(s) for --prompt-region")
+    parser.add_argument("--fasta", dest="fasta_option", nargs="+", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", required=True, type=Path, help="output FASTA (written atomically)")
     parser.add_argument("--length", type=positive_int, default=1000, help="bases to generate per sample (default %(default)s)")
     parser.add_argument("--num-samples", type=positive_int, default=1, help="default %(default)s")
@@ -140,8 +145,19 @@ def check_output_size(num_samples: int, length: int) -> None:
                                      "generate fewer or shorter samples per run")
 
 
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    """The options, the checkpoint resolved: ``CKPT [FASTA ...]`` or ``--ckpt_path CKPT [FASTA ...]``
+    (the genome is needed only by ``--prompt-region``; ``--fasta FASTA`` is an older spelling)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    merge_hidden_inputs(args, "fasta", "fasta_option")
+    if args.ckpt_path is not None and args.ckpt is not None:  # with --ckpt_path the first positional is a FASTA
+        args.fasta, args.ckpt = [args.ckpt, *args.fasta], None
+    return checkpoint_of(args, parser)
+
+
 def main(argv: list[str]) -> int:
-    args = parse_model_command(build_parser(), argv)
+    args = parse_arguments(argv)
     # imported after parsing: --help stays fast
     from biomoe.checkpoint.records import training_seq_length
     from biomoe.data.tokenizer import NucleotideTokenizer

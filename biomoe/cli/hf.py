@@ -1,12 +1,14 @@
 """``biomoe export-hf`` and ``biomoe import-hf``: a checkpoint to a transformers Mixtral folder and back.
 
-Both are ``prog SOURCE DEST`` (export-hf also takes its checkpoint as ``--ckpt_path``); the conversion itself is :mod:`biomoe.interop.hf`.
+Both are ``prog SOURCE --out DEST`` (export-hf also takes its checkpoint as ``--ckpt_path``), as every
+command writes its output (:mod:`biomoe.cli.grammar`); ``prog SOURCE DEST``, the earlier spelling,
+still works. The conversion itself is :mod:`biomoe.interop.hf`.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from biomoe.cli.arguments import CommandParser, add_checkpoint_argument, checkpoint_of
@@ -14,37 +16,43 @@ from biomoe.cli.arguments import CommandParser, add_checkpoint_argument, checkpo
 __all__ = ["export_main", "import_main"]
 
 
-def _convert_main(argv: list[str], prog: str, description: str, source: str, dest: str,
-                  convert: Callable[[str | os.PathLike[str], str | os.PathLike[str]], Path]) -> int:
-    """One small CLI for both directions: ``prog SOURCE DEST`` calls ``convert(SOURCE, DEST)``."""
-    parser = CommandParser(prog=prog, description=description)
-    parser.add_argument(source)
-    parser.add_argument(dest)
-    args = vars(parser.parse_args(argv))
-    print(f"wrote {convert(args[source], args[dest])}")
-    return 0
+def _output(parser: argparse.ArgumentParser, out: Path | None, positional: list[str]) -> str:
+    """The one output: ``--out``, or a trailing positional (the earlier spelling)."""
+    given = ([os.fspath(out)] if out is not None else []) + list(positional)
+    if len(given) != 1:
+        if not given:
+            parser.error("the following arguments are required: --out")
+        parser.error(f"expected one output, got {len(given)}: {' '.join(given)}")
+    return given[0]
 
 
 def export_main(argv: list[str]) -> int:
-    """``export-hf CKPT OUT_DIR``, or ``export-hf --ckpt_path CKPT OUT_DIR`` as every model command."""
+    """``export-hf CKPT --out DIR``, or ``export-hf --ckpt_path CKPT --out DIR`` as every model command."""
     parser = CommandParser(prog="biomoe export-hf", description="checkpoint -> MixtralForCausalLM folder "
                            "(weights, tokenizer, generation config, model card)")
-    add_checkpoint_argument(parser, inputs="out_dir")
-    parser.add_argument("out_dir", nargs="*", help="the folder to write")
-    args = checkpoint_of(parser.parse_args(argv), parser)
+    add_checkpoint_argument(parser)
+    parser.add_argument("out_dir", nargs="*", help=argparse.SUPPRESS)  # the earlier spelling of --out
+    parser.add_argument("--out", type=Path, default=None, help="the folder to write")
+    args = parser.parse_args(argv)
+    if args.ckpt_path is not None and args.ckpt is not None:  # --ckpt_path CKPT DIR: the positional is DIR
+        args.out_dir, args.ckpt = [args.ckpt, *args.out_dir], None
+    out = _output(parser, args.out, args.out_dir)
+    args = checkpoint_of(args, parser)
     from biomoe.interop.hf import export_hf  # imported after parsing: --help stays fast
 
-    if len(args.out_dir) != 1:
-        parser.error(f"expected one output folder, got {len(args.out_dir)}: {' '.join(args.out_dir)}")
-    print(f"wrote {export_hf(args.ckpt, args.out_dir[0])}")
+    print(f"wrote {export_hf(args.ckpt, out)}")
     return 0
 
 
 def import_main(argv: list[str]) -> int:
-    def convert(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) -> Path:
-        from biomoe.interop.hf import import_hf  # imported once the arguments are parsed: --help stays fast
+    """``import-hf HF_DIR --out CKPT``."""
+    parser = CommandParser(prog="biomoe import-hf", description="MixtralForCausalLM folder -> checkpoint")
+    parser.add_argument("hf_dir", help="the transformers model folder to read")
+    parser.add_argument("out_ckpt", nargs="*", help=argparse.SUPPRESS)  # the earlier spelling of --out
+    parser.add_argument("--out", type=Path, default=None, help="the checkpoint to write")
+    args = parser.parse_args(argv)
+    out = _output(parser, args.out, args.out_ckpt)
+    from biomoe.interop.hf import import_hf  # imported after parsing: --help stays fast
 
-        return import_hf(hf_dir, out_ckpt)
-
-    return _convert_main(argv, "biomoe import-hf", "MixtralForCausalLM folder -> checkpoint",
-                         "hf_dir", "out_ckpt", convert)
+    print(f"wrote {import_hf(args.hf_dir, out)}")
+    return 0

@@ -29,6 +29,7 @@ from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS, LIGHTNING_COMMANDS
 from biomoe.cli import help_cache
 from biomoe.cli.recipes import expand_recipe_names
 from biomoe.cli.user_errors import INTERRUPTED, classify
+from biomoe.cli.warning_lines import VERBOSE_ENV, VERBOSE_OPTION, WarningLines
 from biomoe.checkpoint.safe_types import TRUST_OPTION, trusted, trusting
 
 __all__ = ["main", "summarize_argument_error"]
@@ -48,12 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     if "--debug" in argv:
         argv.remove("--debug")
         debug = True
+    verbose_warnings = os.environ.get(VERBOSE_ENV) == "1"
+    if VERBOSE_OPTION in argv:
+        argv.remove(VERBOSE_OPTION)
+        verbose_warnings = True
     argv = expand_recipe_names(argv)  # --config genome: the packaged recipe of that name
     trust = TRUST_OPTION in argv and argv[0] not in EXTRA_COMMANDS  # LightningCLI does not know it
     if trust:
         argv.remove(TRUST_OPTION)
     shown = warnings.showwarning
-    warnings.showwarning = functools.partial(_show_warning, fallback=shown)  # biomoe's own: one line each
+    lines = WarningLines(verbose=verbose_warnings)  # biomoe's own: one line each, repeats of a kind counted
+    warnings.showwarning = functools.partial(_show_warning, lines=lines, fallback=shown)
     try:
         # inputs registered by this command only; the trust decision too (its own commands set it in checkpoint_of)
         with files.input_scope(), trusting(trust or trusted()):
@@ -97,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         return found.exit_code
     finally:
         warnings.showwarning = shown
+        lines.finish()
 
 
 def command_list_help() -> str:
@@ -168,11 +175,13 @@ def warm_help_cache(exclude: str | None = None) -> None:
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None, *, fallback) -> None:
+def _show_warning(message, category, filename, lineno, file=None, line=None, *, lines: WarningLines,
+                  fallback) -> None:
     """``biomoe: warning: <message>`` for warnings raised in biomoe (they name the file or key
-    themselves); the usual file:line format for everyone else's."""
+    themselves; repeats of one kind are counted, :mod:`biomoe.cli.warning_lines`); the usual
+    file:line format for everyone else's."""
     if issubclass(category, UserWarning) and os.path.abspath(filename).startswith(_PACKAGE + os.sep):
-        print(f"biomoe: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+        lines.show(str(message), file)
     else:
         fallback(message, category, filename, lineno, file, line)
 
@@ -185,7 +194,9 @@ def _quiet_interrupt_notice(record: logging.LogRecord) -> bool:
 def _interrupted() -> int:
     """Ctrl-C: one line and the shell's status for SIGINT. Checkpoints are written atomically, so
     the last one that completed is intact; a write that was cut off left no file behind."""
-    print(f"biomoe: error: {INTERRUPTED}", file=sys.stderr)
+    from biomoe.training.stop_report import take_line  # what the interrupted fit saved, if one ran
+
+    print(f"biomoe: error: {take_line() or INTERRUPTED}", file=sys.stderr)
     return 130
 
 

@@ -1,22 +1,24 @@
 """``biomoe markov``: held-out bits/base of order-k Markov models for k = 0..K on a genome.
 
 The options pick the genome, the split and the smoothing; the table comes from
-:func:`biomoe.genomics.markov_report.markov_table`, is printed, and is written as JSON with ``--json``.
+:func:`biomoe.genomics.markov_report.markov_table`, is printed, and is written as JSON with ``--out``.
 With ``--ckpt_path`` the genome, window length and split are the ones that checkpoint was trained
 and validated with, so the order-6 row is the ``val/markov_bits_per_base`` that fit and validate
 report for it.
 
-    python cli.py markov data/large/ecoli536_NC_008253.fna.gz --max-order 8 --json out.json
+    python cli.py markov data/large/ecoli536_NC_008253.fna.gz --max-order 8 --out out.json
     python cli.py markov --ckpt_path runs/genome --max-order 8
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 from biomoe.cli.arguments import CommandParser
+from biomoe.cli.grammar import add_option
 from biomoe.files import check_outputs, write_text
 
 __all__ = ["main", "split_settings"]
@@ -49,18 +51,26 @@ def split_settings(args) -> dict:
     return settings
 
 
+def _as_list(fasta: str | os.PathLike[str] | list) -> list[str]:
+    """The FASTA inputs as a list of paths: a checkpoint records one file as a plain string."""
+    if isinstance(fasta, (str, os.PathLike)):
+        return [os.fspath(fasta)]
+    return [os.fspath(path) for path in fasta]
+
+
 def main(argv: list[str]) -> int:
     parser = CommandParser(prog="biomoe markov", description=__doc__.splitlines()[0])
     parser.add_argument("fasta", nargs="*", help="FASTA file(s) or folder (default with --ckpt_path: its training data)")
     parser.add_argument("--ckpt_path", "--ckpt-path", default=None, metavar="CKPT",
                         help="score the split this checkpoint (or run folder) was validated on")
-    parser.add_argument("--max-order", type=int, default=8)
+    add_option(parser, "--max-order", "--max_order", type=int, default=8)
     parser.add_argument("--alpha", type=float, default=1.0, help="add-alpha smoothing")
-    parser.add_argument("--seq-length", type=int, default=None, help="default 1024, or the checkpoint's")
-    parser.add_argument("--val-fraction", type=float, default=None, help="default 0.1, or the checkpoint's")
-    parser.add_argument("--val-contigs", nargs="*", default=None)
-    parser.add_argument("--no-rc", action="store_true", help="count the forward strand only")
-    parser.add_argument("--json", type=Path, default=None, help="also write the table here")
+    add_option(parser, "--seq-length", "--seq_length", type=int, default=None, help="default 1024, or the checkpoint's")
+    add_option(parser, "--val-fraction", "--val_fraction", type=float, default=None,
+               help="default 0.1, or the checkpoint's")
+    add_option(parser, "--val-contigs", "--val_contigs", nargs="*", default=None)
+    add_option(parser, "--no-rc", "--no_rc", action="store_true", help="count the forward strand only")
+    add_option(parser, "--out", "--json", type=Path, default=None, help="also write the table here, as JSON")
     args = parser.parse_args(argv)
     # imported after parsing: --help stays fast
     from biomoe.data.datamodule import GenomeDataModule
@@ -69,9 +79,9 @@ def main(argv: list[str]) -> int:
     if not 0 <= args.max_order <= MAX_ORDER:
         parser.error(f"--max-order must be in 0..{MAX_ORDER}")
     settings = split_settings(args)
-    args.fasta, args.seq_length, args.val_fraction = settings["fasta"], settings["seq_length"], \
+    args.fasta, args.seq_length, args.val_fraction = _as_list(settings["fasta"]), settings["seq_length"], \
         settings["val_fraction"]
-    check_outputs([args.json], args.fasta)  # never over an input
+    check_outputs([args.out], args.fasta)  # never over an input
     dm = GenomeDataModule(**settings)
     start = time.perf_counter()
     rows = markov_table(dm, args.max_order, args.alpha, not args.no_rc)
@@ -84,8 +94,8 @@ def main(argv: list[str]) -> int:
         mark = "  <- best" if row is best else ""
         print(f"{row['order']:>5}  {row['bits_per_base']:.4f}{mark}")
     print(f"({seconds:.1f} s)")
-    if args.json is not None:
-        write_text(args.json, json.dumps({"fasta": args.fasta, "alpha": args.alpha,
+    if args.out is not None:
+        write_text(args.out, json.dumps({"fasta": args.fasta, "alpha": args.alpha,
                                           "reverse_complement": not args.no_rc,
                                           "seq_length": args.seq_length, "val_fraction": args.val_fraction,
                                           "rows": rows, "seconds": seconds}, indent=2) + "\n")

@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     # imported after parsing: --help stays fast
     import numpy as np
 
-    from biomoe.checkpoint.records import training_seq_length
+    from biomoe.cli.windows import scoring_window
     from biomoe.data.registry import open_reader
     from biomoe.data.tokenizer import NucleotideTokenizer
     from biomoe.files import check_outputs
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
     outputs = [args.out / name for name in OUTPUT_NAMES]
     check_outputs(outputs, [args.ckpt, *args.fasta])
     genome = open_reader(args.fasta)
-    window = args.window or training_seq_length(args.ckpt) or 1024
+    window = scoring_window(args.window, args.ckpt)  # checked against the training length
     tokenizer = NucleotideTokenizer()
     snvs_of: dict[str, list] = {}
     markov_of: dict[str, np.ndarray] = {}

@@ -3,11 +3,12 @@
 ``--config NAME`` names a recipe when NAME is not an existing file (``genome``,
 ``ecoli-variants/ecoli-v2-wd1-ema``); :func:`expand_recipe_names` rewrites it to the recipe's path
 before the command line is parsed. ``biomoe recipes`` lists them and ``biomoe recipes copy NAME
-[DEST]`` writes one out to edit.
+[--out DEST]`` writes one out to edit.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -96,10 +97,14 @@ def main(argv: list[str]) -> int:
                     "wherever a config file does: biomoe fit --config genome. " + DATA_NOTE)
     parser.add_argument("action", nargs="?", choices=("list", "copy"), default="list",
                         help="list (the default): every recipe and its first comment line; "
-                             "copy NAME [DEST]: write recipe NAME to DEST (default ./<name>.yaml)")
+                             "copy NAME [--out DEST]: write recipe NAME to DEST (default ./<name>.yaml)")
     parser.add_argument("name", nargs="?", help="the recipe to copy (as listed)")
-    parser.add_argument("dest", nargs="?", help="file or existing folder to copy it to; never overwritten")
+    parser.add_argument("dest", nargs="?", help=argparse.SUPPRESS)  # the earlier spelling of --out
+    parser.add_argument("--out", default=None, help="file or existing folder to copy it to; never overwritten")
     args = parser.parse_args(argv)
+    if args.out is not None and args.dest is not None:
+        parser.error(f"the destination is given twice: {args.dest} and --out {args.out}")
+    args.dest = args.out if args.out is not None else args.dest
     recipes = available_recipes()
     if args.action == "list":
         if args.name is not None:
@@ -121,7 +126,7 @@ def main(argv: list[str]) -> int:
         with open(dest, "xb") as handle:  # exclusive: an existing file is never replaced
             handle.write(source.read_bytes())
     except FileExistsError:
-        print(f"biomoe: error: recipes: {dest} exists; not overwritten (give another DEST)", file=sys.stderr)
+        print(f"biomoe: error: recipes: {dest} exists; not overwritten (give another --out)", file=sys.stderr)
         return 2
     except OSError as err:
         print(f"biomoe: error: recipes: cannot write {dest}: {err.strerror or err}", file=sys.stderr)

@@ -1,11 +1,11 @@
 """``biomoe repeat-mix``: held-out bits/base of a model alone and mixed with the repeat expert.
 
-The base model is a checkpoint (``--ckpt``) or, without one, an order-k Markov model fitted on the
+The base model is a checkpoint (``--ckpt_path``) or, without one, an order-k Markov model fitted on the
 training split. The repeat table is fitted on the training split too (both strands), so the mixed
 number is a held-out score like any other: same split, windows and positions as ``validate``
 (:mod:`biomoe.genomics.repeat_mix` computes it).
 
-    python cli.py repeat-mix data/large/ecoli536_NC_008253.fna.gz --ckpt last.ckpt --json out.json
+    python cli.py repeat-mix data/large/ecoli536_NC_008253.fna.gz --ckpt_path last.ckpt --out out.json
     python cli.py repeat-mix data/large/ecoli536_NC_008253.fna.gz --markov-order 7
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from biomoe.cli.arguments import CommandParser, positive_int
+from biomoe.cli.grammar import add_option
 from biomoe.files import check_outputs, write_text
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ def checkpoint_log_probs(path: str, device: torch.device) -> LogProbs:
 def main(argv: list[str]) -> int:
     parser = CommandParser(prog="biomoe repeat-mix", description=__doc__.splitlines()[0])
     parser.add_argument("fasta", nargs="+", help="FASTA file(s) or folder")
-    parser.add_argument("--ckpt_path", "--ckpt-path", "--ckpt", dest="ckpt", default=None,
-                        help="biomoe checkpoint, or a run folder (default: an order-k Markov base)")
+    add_option(parser, "--ckpt_path", "--ckpt-path", "--ckpt", dest="ckpt", default=None,
+               help="biomoe checkpoint, or a run folder (default: an order-k Markov base)")
     parser.add_argument("--markov-order", type=int, default=7)
     parser.add_argument("--k", type=int, default=None, help="repeat context length (default: log4(2N) + 6)")
     parser.add_argument("--switch", type=float, default=0.003, help="fixed-share weight moved per base")
@@ -57,7 +58,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--val-fraction", type=float, default=0.1)
     parser.add_argument("--val-contigs", nargs="*", default=None)
     parser.add_argument("--batch-size", type=positive_int, default=64)
-    parser.add_argument("--json", type=Path, default=None)
+    add_option(parser, "--out", "--json", type=Path, default=None, help="also write the result here, as JSON")
     parser.add_argument("--plot", type=Path, default=None,
                         help="PNG of bits/base per held-out window, alone and mixed, along the genome")
     args = parser.parse_args(argv)
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> int:
     from biomoe.genomics.repeat_mix import markov_log_probs, score
     from biomoe.training.plots import plot_repeat_gain
 
-    check_outputs([args.json, args.plot], [*args.fasta, args.ckpt])  # never over an input
+    check_outputs([args.out, args.plot], [*args.fasta, args.ckpt])  # never over an input
     if args.ckpt is None and not 0 <= args.markov_order <= MAX_ORDER:
         parser.error(f"--markov-order must be in 0..{MAX_ORDER}")
     check_settings(args.k, args.switch, args.smoothing)
@@ -101,8 +102,8 @@ def main(argv: list[str]) -> int:
           f"{result['base_on_repeats_bits_per_base']:.3f} -> {result['mixed_on_repeats_bits_per_base']:.3f} "
           f"bits/base there ({result['seconds']:.0f} s)")
     windows = result.pop("windows", None)
-    if args.json is not None:
-        write_text(args.json, json.dumps(result, indent=2) + "\n")
+    if args.out is not None:
+        write_text(args.out, json.dumps(result, indent=2) + "\n")
     if windows is not None:
         title = f"{base_name} alone and with the repeat expert (k={k}), held-out windows"
         written = plot_repeat_gain(windows, args.plot, title)  # atomic; None without matplotlib

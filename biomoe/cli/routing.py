@@ -1,7 +1,7 @@
 """``biomoe routing``: which experts the bases of each genome (and species) are routed to.
 
 What is counted, and what the JSON holds, is described in :mod:`biomoe.genomics.routing`; the
-heatmaps are drawn by :mod:`biomoe.genomics.routing_plot`. ``--from_json`` redraws them from a
+heatmaps are drawn by :mod:`biomoe.genomics.routing_plot`. ``--from-json`` redraws them from a
 JSON file this command wrote, without the model. ``--features`` adds the genomic classes of the
 routed bases (:mod:`biomoe.genomics.routing_features`): opt-in because calling the genes of a
 genome (pyrodigal) takes seconds per 5 Mb, longer than routing its windows on a GPU.
@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from biomoe.cli.arguments import CommandParser, positive_int
+from biomoe.cli.arguments import CommandParser, add_checkpoint_argument, checkpoint_of, positive_int
+from biomoe.cli.grammar import add_option, merge_hidden_inputs
 from biomoe.data.fasta import file_labels, resolve_fasta_paths
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
@@ -32,33 +33,34 @@ def build_parser() -> argparse.ArgumentParser:
                                   "suffixes) before the first '_': ecoli_536.fna.gz and ecoli_k12.fa are species "
                                   "'ecoli'. Fractions, species means and the JSD summary are described in the "
                                   "module biomoe.genomics.routing.")
-    parser.add_argument("--ckpt_path", "--ckpt-path", help="checkpoint, or a run folder (its best checkpoint)")
-    parser.add_argument("--fasta", nargs="+",
+    add_checkpoint_argument(parser, inputs="fasta")
+    parser.add_argument("fasta", nargs="*",
                         help="FASTA files (or folders of them), one genome each; the species of a genome is its "
                              "label (file name without FASTA/gzip suffixes) up to the first '_', e.g. "
                              "ecoli_536.fna.gz -> ecoli")
+    parser.add_argument("--fasta", dest="fasta_option", nargs="+", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--windows", type=positive_int, default=64,
                         help="windows per genome, spread evenly over its contigs (default %(default)s)")
-    parser.add_argument("--seq_length", "--seq-length", type=positive_int, default=None,
-                        help="bases per window (default: the checkpoint's training seq_length, else 1024)")
-    parser.add_argument("--batch_size", "--batch-size", type=positive_int, default=16,
-                        help="windows per forward pass (default %(default)s)")
+    add_option(parser, "--seq-length", "--seq_length", type=positive_int, default=None,
+               help="bases per window (default: the checkpoint's training seq_length, else 1024)")
+    add_option(parser, "--batch-size", "--batch_size", type=positive_int, default=16,
+               help="windows per forward pass (default %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("routing.json"),
                         help="output JSON, written atomically (default %(default)s)")
     parser.add_argument("--plot", type=Path, default=None,
                         help="heatmap PNG, one panel per MoE layer (default: --out with .png)")
-    parser.add_argument("--no_plot", "--no-plot", action="store_true", help="write the JSON only")
+    add_option(parser, "--no-plot", "--no_plot", action="store_true", help="write the JSON only")
     parser.add_argument("--features", action="store_true",
                         help="also count assignments per genomic class of the routed base (coding or not, codon "
                              "position and gene strand from Prodigal gene calls, window GC bin, species) and draw "
                              "experts x classes enrichment beside --plot as <plot>-features.png; gene calling "
-                             "takes a few seconds per 5 Mb genome. With --from_json: the JSON must hold them")
-    parser.add_argument("--from_json", "--from-json", type=Path, default=None,
-                        help="draw --plot (and <plot>-features.png if the JSON holds genomic classes) from a "
-                             "JSON this command wrote, without the model")
+                             "takes a few seconds per 5 Mb genome. With --from-json: the JSON must hold them")
+    add_option(parser, "--from-json", "--from_json", type=Path, default=None,
+               help="draw --plot (and <plot>-features.png if the JSON holds genomic classes) from a "
+                    "JSON this command wrote, without the model")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: cuda where available (default %(default)s)")
-    parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bar on stderr")
+    add_option(parser, "--no-progress", "--no_progress", action="store_true", help="no progress bar on stderr")
     return parser
 
 
@@ -73,10 +75,11 @@ def _device(choice: str) -> str:
 
 
 def _replot(args: argparse.Namespace) -> int:
-    if args.ckpt_path or args.fasta:
-        raise GenomeInputError(None, "--from_json draws an existing result: leave out --ckpt_path and --fasta")
+    if args.ckpt_path or args.ckpt or args.fasta:
+        raise GenomeInputError(None, "--from-json draws an existing result: leave out the checkpoint and the FASTA "
+                                     "files")
     if args.plot is None:
-        raise GenomeInputError(None, "--from_json needs --plot, the PNG to write")
+        raise GenomeInputError(None, "--from-json needs --plot, the PNG to write")
     from biomoe.genomics.routing import read_report  # imports torch: only once the command runs
 
     require_matplotlib()
@@ -95,20 +98,20 @@ def _replot(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    merge_hidden_inputs(args, "fasta", "fasta_option")  # --fasta, as earlier versions took them
     if args.from_json is not None:
         return _replot(args)
+    args = checkpoint_of(args, parser)  # a run folder -> its best checkpoint
     # imported after parsing: --help stays fast
     from biomoe.checkpoint.records import training_seq_length
-    from biomoe.checkpoint.run_folder import resolve_checkpoint
     from biomoe.checkpoint.verify import check_checkpoint_file
     from biomoe.genomics.routing import RoutingCounter, genome_routing, routing_report, to_json
     from biomoe.inference.load import load_for_inference
-    if not args.ckpt_path or not args.fasta:
-        raise GenomeInputError(None, "routing needs --ckpt_path and --fasta (or --from_json to redraw a result)")
     plot = None if args.no_plot else (args.plot or args.out.with_suffix(".png"))
     features_plot = features_plot_path(plot) if plot is not None and args.features else None
-    ckpt = resolve_checkpoint(args.ckpt_path)  # a run folder -> its best checkpoint
+    ckpt = args.ckpt
     check_checkpoint_file(ckpt)
     paths = resolve_fasta_paths(args.fasta)  # folders -> their FASTA files
     labels = file_labels(paths)

@@ -59,12 +59,12 @@ def main(argv: list[str]) -> int:
     add_progress_option(parser)
     args = checkpoint_of(parser.parse_args(argv), parser)  # a run folder -> its checkpoint
     # imported after parsing: --help stays fast
-    from biomoe.checkpoint.records import training_seq_length
+    from biomoe.cli.windows import scoring_window
     from biomoe.inference.batching import check_window_memory
     from biomoe.genomics.repeat_mix import expert_for_checkpoint
     from biomoe.inference.score_fasta import score_genome, summary_rows
     genome = open_reader(args.fasta)
-    window = args.window or training_seq_length(args.ckpt) or 1024
+    window = scoring_window(args.window, args.ckpt)  # checked against the training length
     model = model_from_args(args)
     check_window_memory(window, model, max(c.length for c in genome.contigs))
     repeat = None

@@ -12,7 +12,9 @@ in the genome, unknown contig, beyond the contig end) instead of stopping at the
 counted on stderr and listed with the reason in ``OUT.skipped.tsv`` (``effects.skipped.tsv`` for
 ``--out effects.tsv``), itself a variant table. Both files are committed together (both new, or
 on a failure both as they were); a run that skips nothing removes a list left by an earlier run,
-so the list beside an output always belongs to it.
+so the list beside an output always belongs to it. When every variant is skipped there is nothing
+to score: the list alone is written and the command exits with status 2, naming it. The stderr
+line that names the list comes only once the list is written.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_ch
                                   positive_int)
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
-from biomoe.files import check_outputs, commit_together
+from biomoe.files import atomic_write, check_outputs, commit_together
 from biomoe.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -79,7 +81,7 @@ def main(argv: list[str]) -> int:
     add_progress_option(parser)
     args = checkpoint_of(parser.parse_args(argv), parser)  # a run folder -> its checkpoint
     # imported after parsing: --help stays fast
-    from biomoe.checkpoint.records import training_seq_length
+    from biomoe.cli.windows import scoring_window
     from biomoe.inference.batching import check_window_memory
     from biomoe.inference.score_variants import check_variants, is_vcf, read_variants, read_vcf, score_windows
     sidecar = skipped_path(args.out)
@@ -101,20 +103,14 @@ def main(argv: list[str]) -> int:
         raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
                                               "and comments)")
     genome = open_reader(args.fasta)
-    window = args.window or training_seq_length(args.ckpt) or 1024
+    window = scoring_window(args.window, args.ckpt)  # checked against the training length
     variants, prepared, set_aside = check_variants(genome, variants, window, source=str(args.variants),
                                                    skip=args.skip_mismatched)  # all checked before any is scored
-    if set_aside:
-        reasons: dict[str, int] = {}
-        for _, reason in set_aside:
-            kind = reason.split(" (")[0]
-            reasons[kind] = reasons.get(kind, 0) + 1
-        counts = ", ".join(f"{n:,} {kind}" for kind, n in reasons.items())
-        print(f"biomoe: note: {args.variants}: skipped {len(set_aside):,} variant(s) the genome cannot score "
-              f"({counts}); listed in {sidecar}", file=sys.stderr)
-        if not variants:
-            raise GenomeInputError(args.variants, f"all {len(set_aside):,} variants were skipped (first: "
-                                                  f"{set_aside[0][0].label()}, {set_aside[0][1]})")
+    if set_aside and not variants:  # nothing to score: the list is the one output, and says why
+        _write_skipped(sidecar, set_aside)
+        raise GenomeInputError(args.variants, f"all {len(set_aside):,} variants were skipped ({_reasons(set_aside)}; "
+                                              f"first: {set_aside[0][0].label()}, {set_aside[0][1]}); "
+                                              f"listed in {sidecar}")
     model = model_from_args(args)
     check_window_memory(window, model, max(c.length for c in genome.contigs))
     with progress_bar(len(variants), "score-variants", unit="variant", disable=args.no_progress) as bar:
@@ -124,8 +120,36 @@ def main(argv: list[str]) -> int:
     print(f"scored {len(rows):,} variants in {elapsed:.2f} s ({len(rows) / max(elapsed, 1e-9):,.0f} variants/s)",
           file=sys.stderr)
     _write_results(args.out, sidecar, rows, info, set_aside)
+    if set_aside:  # said once the list is there to read
+        print(f"biomoe: note: {args.variants}: skipped {len(set_aside):,} variant(s) the genome cannot score "
+              f"({_reasons(set_aside)}); listed in {sidecar}", file=sys.stderr)
     print(f"wrote {args.out} ({len(rows)} variants)")
     return 0
+
+
+def _reasons(set_aside: list[tuple[Variant, str]]) -> str:
+    """``2 reference mismatch, 1 contig not in the genome``: how many were skipped for each reason."""
+    reasons: dict[str, int] = {}
+    for _, reason in set_aside:
+        kind = reason.split(" (")[0]
+        reasons[kind] = reasons.get(kind, 0) + 1
+    return ", ".join(f"{n:,} {kind}" for kind, n in reasons.items())
+
+
+SKIPPED_COLUMNS = ["contig", "position", "id", "ref", "alt", "reason"]
+
+
+def _skipped_rows(handle, set_aside: list[tuple[Variant, str]]) -> None:
+    handle.write("\t".join(SKIPPED_COLUMNS) + "\n")
+    for variant, reason in set_aside:
+        handle.write("\t".join([variant.contig, str(variant.position), variant.id, variant.ref, variant.alt,
+                                reason]) + "\n")
+
+
+def _write_skipped(sidecar: Path, set_aside: list[tuple[Variant, str]]) -> None:
+    """The skipped list alone, written atomically (a run that scored nothing)."""
+    with atomic_write(sidecar, "w") as handle:
+        _skipped_rows(handle, set_aside)
 
 
 def _write_results(out: Path, sidecar: Path, rows: list[dict[str, object]], info: list[str],
@@ -141,9 +165,6 @@ def _write_results(out: Path, sidecar: Path, rows: list[dict[str, object]], info
                 handle.write("\t".join(cells) + "\n")
         if set_aside:
             with open(outputs.temp(sidecar), "w") as handle:
-                handle.write("\t".join(["contig", "position", "id", "ref", "alt", "reason"]) + "\n")
-                for variant, reason in set_aside:
-                    handle.write("\t".join([variant.contig, str(variant.position), variant.id, variant.ref,
-                                            variant.alt, reason]) + "\n")
+                _skipped_rows(handle, set_aside)
         else:
             outputs.drop(sidecar)  # an earlier run's list would be stale beside these results

@@ -74,6 +74,20 @@ _IUPAC = b"ACGTNRYSWKMBDHV"
 _VALID = _IUPAC + _IUPAC.lower()
 _VALID_LUT = np.zeros(256, dtype=bool)
 _VALID_LUT[np.frombuffer(_VALID, dtype=np.uint8)] = True
+# One-letter amino-acid codes (and X, *, the stop) that no nucleotide code uses: a line of
+# letters holding them is a protein sequence given where DNA is read.
+_PROTEIN_ONLY = frozenset(b"EFILPQXZJO*efilpqxzjo")
+_PROTEIN_LETTERS = frozenset(b"ACDEFGHIKLMNPQRSTVWYXBZJOU*acdefghiklmnpqrstvwyxbzjou")
+
+
+def _protein_hint(piece: bytes) -> str:
+    """``; it looks like a protein ...`` when the line is amino-acid letters, some of them ones no
+    nucleotide code uses; else empty (a stray character in DNA gets no such guess)."""
+    letters = set(piece)
+    if not letters <= _PROTEIN_LETTERS or not letters & _PROTEIN_ONLY:
+        return ""
+    return ("; this looks like a protein (amino-acid) sequence: biomoe reads nucleotide FASTA "
+            "(A, C, G, T and IUPAC codes such as N)")
 # The empty block bgzip writes last (SAM/BAM spec, 4.1.2); without it the file was cut short.
 _BGZF_EOF = bytes.fromhex("1f8b08040000000000ff0600424302001b0003000000000000000000")
 _OTHER_COMPRESSION = {b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
@@ -379,7 +393,7 @@ class _Scanner:
                 shown = repr(char) if char.isprintable() else f"0x{piece[idx]:02x}"
                 raise self.fail(
                     f"contig '{self.name}' has character {shown} outside IUPAC at position "
-                    f"{self.length + idx + 1:,} (line {self.line_no:,})"
+                    f"{self.length + idx + 1:,} (line {self.line_no:,}){_protein_hint(piece)}"
                 )
             self.length += len(piece)
             self.line_len += len(piece)
