@@ -28,6 +28,7 @@ COMMANDS: dict[str, Command] = {
     "validate": Command("held-out bits/base on the validation split"),
     "test": Command("held-out bits/base on the test split"),
     "predict": Command("per-window held-out scores, written to predictions/"),
+    "prepare": Command("pack FASTA or a corpus into a checksummed .2bit store", "biomoe.cli.prepare:main"),
     "markov": Command("bits/base of order-k Markov baselines on a genome", "biomoe.cli.markov:main"),
     "repeat-mix": Command("bits/base of a model mixed with the repeat expert", "biomoe.cli.repeat_mix:main"),
     "score-fasta": Command("log-likelihood of each sequence (and base) in FASTA", "biomoe.cli.score_fasta:main"),

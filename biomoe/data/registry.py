@@ -3,7 +3,9 @@
 ``data.fasta`` names files; :func:`open_reader` opens them with the reader registered for their
 suffix (``register_reader(".2bit", TwoBitReader)``, or the ``biomoe.readers`` entry-point group
 of an installed package, so the command line can use a reader too) and with
-:class:`~biomoe.data.fasta.Genome` otherwise. Folders are read as FASTA folders.
+:class:`~biomoe.data.fasta.Genome` otherwise. A folder holding a store manifest (``store.json``,
+made by ``biomoe prepare``) is read by :class:`~biomoe.data.store.StoreReader`; other folders are
+read as FASTA folders.
 """
 
 from __future__ import annotations
@@ -53,7 +55,25 @@ def _load_entry_points() -> None:
         _READERS.setdefault(point.name.lower(), point.load())
 
 
+def _open_store(paths: list[Path], cache_dir: Path | None) -> SequenceReader:
+    """A prepared store (:mod:`biomoe.data.store`): one store folder per reader."""
+    from biomoe.data.store import StoreReader  # imported when a store is read
+
+    if len(paths) > 1:
+        raise GenomeInputError(None, f"data.fasta: {paths[0]} and {paths[1]} are both stores; give one store "
+                                     "(prepare several inputs into one)")
+    return StoreReader(paths[0], cache_dir=cache_dir)
+
+
+def _is_store(item: str | os.PathLike[str]) -> bool:
+    from biomoe.data.store import is_store
+
+    return is_store(os.path.expanduser(os.fspath(item)))
+
+
 def _factory_for(item: str | os.PathLike[str]) -> ReaderFactory | None:
+    if _is_store(item):
+        return _open_store
     name = os.fspath(item).lower()
     matches = [s for s in _READERS if name.endswith(s)]
     return _READERS[max(matches, key=len)] if matches else None
@@ -67,7 +87,7 @@ def open_reader(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     """
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     _load_entry_points()
-    factories = [None if os.path.isdir(item) else _factory_for(item) for item in items]
+    factories = [None if os.path.isdir(item) and not _is_store(item) else _factory_for(item) for item in items]
     first_of_kind: dict[ReaderFactory | None, str | os.PathLike[str]] = {}
     for item, factory in zip(items, factories):
         first_of_kind.setdefault(factory, item)
