@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from biomoe.model.documents import DocumentLayout
 from biomoe.model.moe.dispatch import LocalDispatcher, TokenDispatcher
 from biomoe.model.moe.router import TopKRouter
 
-CoreAttention = Callable[[Tensor, Tensor, Tensor], Tensor]
-"""``(q, k, v)`` on ``[batch, heads, seq, head_dim]`` (GQA handled inside) → ``[batch, seq, heads·head_dim]``."""
+CoreAttention = Callable[[Tensor, Tensor, Tensor, DocumentLayout | None], Tensor]
+"""``(q, k, v, documents)`` on ``[batch, heads, seq, head_dim]`` (GQA handled inside) →
+``[batch, seq, heads·head_dim]``; causal, and within each document when ``documents`` is given."""
 
 
 @dataclass(frozen=True)

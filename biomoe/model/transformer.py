@@ -2,7 +2,8 @@
 
 Pre-norm blocks (RMSNorm), causal self-attention with rotary embeddings and grouped-query
 attention through ``F.scaled_dot_product_attention``, and a SwiGLU MLP that is either dense or a
-mixture of experts. The model knows nothing about Lightning, precision recipes or parallelism;
+mixture of experts. A row may hold several documents (``position_ids``, see
+:mod:`biomoe.model.documents`): attention then stays inside each document. The model knows nothing about Lightning, precision recipes or parallelism;
 those are applied from outside (torchtitan style).
 """
 
@@ -16,6 +17,7 @@ from torch import Tensor, nn
 
 from biomoe.model.backends import TORCH_BACKENDS, LayerBackends
 from biomoe.model.config import ModelConfig
+from biomoe.model.documents import DocumentLayout, document_attention
 from biomoe.model.moe import Experts, MoELayer, TopKRouter
 from biomoe.model.moe.experts import scaled_init_std
 
@@ -28,6 +30,10 @@ class ModelOutput:
     z_loss: Tensor  # mean over MoE layers
 
 
+def _inverse_frequencies(head_dim: int, theta: float, device: torch.device) -> Tensor:
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+
+
 def rotary_tables(seq_len: int, head_dim: int, theta: float, device: torch.device,
                   offset: int | Tensor = 0) -> tuple[Tensor, Tensor]:
     """cos/sin tables [seq, head_dim/2] in fp32 for positions ``offset .. offset + seq_len - 1``
@@ -35,7 +41,7 @@ def rotary_tables(seq_len: int, head_dim: int, theta: float, device: torch.devic
     :class:`KVCache`, so a token gets the same rotation whether it is fed alone or in a sequence;
     it may be a device int64 tensor (a :class:`StaticKVCache`'s position), read on the device
     without a host sync."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    inv_freq = _inverse_frequencies(head_dim, theta, device)
     if isinstance(offset, Tensor):
         positions = (offset + torch.arange(seq_len, device=device)).to(torch.float32)
     else:
@@ -44,10 +50,19 @@ def rotary_tables(seq_len: int, head_dim: int, theta: float, device: torch.devic
     return angles.cos(), angles.sin()
 
 
+def rotary_tables_at(position_ids: Tensor, head_dim: int, theta: float) -> tuple[Tensor, Tensor]:
+    """cos/sin tables [b, s, head_dim/2] in fp32 for each token's own position (packed rows: the
+    position inside its document), the very angles :func:`rotary_tables` gives that position."""
+    inv_freq = _inverse_frequencies(head_dim, theta, position_ids.device)
+    angles = position_ids.to(torch.float32)[..., None] * inv_freq
+    return angles.cos(), angles.sin()
+
+
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (first half, second half) of each head, as Llama/Mixtral/HF do. x: [b, h, s, d]."""
+    """Rotate pairs (first half, second half) of each head, as Llama/Mixtral/HF do. x: [b, h, s, d];
+    cos/sin [s, d/2] (shared by the rows) or [b, s, d/2] (per token)."""
     x1, x2 = x.float().chunk(2, dim=-1)
-    cos, sin = cos[None, None], sin[None, None]
+    cos, sin = (cos[None, None], sin[None, None]) if cos.dim() == 2 else (cos[:, None], sin[:, None])
     rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
     return rotated.to(x.dtype)
 
@@ -165,7 +180,9 @@ class Attention(nn.Module):
                                else backends.core_attention(self.num_heads, self.num_kv_heads, self.head_dim))
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | StaticKVCache | None = None,
-                layer_id: int = 0) -> Tensor:
+                layer_id: int = 0, documents: DocumentLayout | None = None) -> Tensor:
+        """``documents``: the rows hold several documents, and no token attends across a boundary
+        (no cache: the model refuses that pairing)."""
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
@@ -178,7 +195,9 @@ class Attention(nn.Module):
             past = cache.length
             k, v = cache.update(layer_id, k, v)
         elif self.core_attention is not None:  # fused kernels are for training; decoding uses SDPA
-            return self.o_proj(self.core_attention(q, k, v))
+            return self.o_proj(self.core_attention(q, k, v, documents))
+        elif documents is not None:
+            return self.o_proj(document_attention(q, k, v, documents))
         k, v = expand_kv_heads(k, v, self.num_heads)
         if past == 0:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -242,9 +261,9 @@ class Block(nn.Module):
             self.mlp = DenseMLP(cfg.hidden_size, cfg.dense_ffn_size)
         self.residual_dropout = nn.Dropout(cfg.dropout)  # identity when p = 0 or in eval mode
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor,
-                cache: KVCache | StaticKVCache | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        x = x + self.residual_dropout(self.attn(self.attn_norm(x), cos, sin, cache, self.layer_id))
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | StaticKVCache | None = None,
+                documents: DocumentLayout | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        x = x + self.residual_dropout(self.attn(self.attn_norm(x), cos, sin, cache, self.layer_id, documents))
         mlp_out, aux, z = self.mlp(self.mlp_norm(x))
         return x + self.residual_dropout(mlp_out), aux, z
 
@@ -287,18 +306,30 @@ class MoETransformer(nn.Module):
         return [b.mlp for b in self.blocks if isinstance(b.mlp, MoELayer)]
 
     def forward(self, input_ids: Tensor, return_logits: bool = True,
-                cache: KVCache | StaticKVCache | None = None) -> ModelOutput:
+                cache: KVCache | StaticKVCache | None = None, position_ids: Tensor | None = None,
+                documents: DocumentLayout | None = None) -> ModelOutput:
         """``cache`` (inference): ``input_ids`` continue the tokens already in it, which attend to
-        those; the cache then holds them too."""
+        those; the cache then holds them too.
+
+        ``position_ids`` [batch, seq]: rows packed with several documents, each token's position
+        inside its document (0 where one begins); attention stays inside each document and the
+        rotary angles follow these positions. ``documents`` is the same given as a
+        :class:`DocumentLayout` built ahead (by a caller that packed the rows on the host and knows
+        the offsets, so the device is not waited for); give one or the other."""
+        if position_ids is not None or documents is not None:
+            documents = self._documents(input_ids, position_ids, documents, cache)
         x = self.embed(input_ids)
         static = isinstance(cache, StaticKVCache)
-        offset = 0 if cache is None else (cache.position if static else cache.length)
-        cos, sin = rotary_tables(input_ids.shape[1], self.config.head_dim, self.config.rope_theta,
-                                 input_ids.device, offset=offset)
+        if documents is not None:
+            cos, sin = rotary_tables_at(documents.position_ids, self.config.head_dim, self.config.rope_theta)
+        else:
+            offset = 0 if cache is None else (cache.position if static else cache.length)
+            cos, sin = rotary_tables(input_ids.shape[1], self.config.head_dim, self.config.rope_theta,
+                                     input_ids.device, offset=offset)
         aux_total = x.new_zeros((), dtype=torch.float32)
         z_total = x.new_zeros((), dtype=torch.float32)
         for block in self.blocks:
-            x, aux, z = block(x, cos, sin, cache)
+            x, aux, z = block(x, cos, sin, cache, documents)
             aux_total = aux_total + aux
             z_total = z_total + z
         if static:
@@ -309,3 +340,18 @@ class MoETransformer(nn.Module):
         hidden = self.norm(x)
         logits = self.lm_head(hidden) if return_logits else None
         return ModelOutput(logits, hidden, aux_total / n_moe, z_total / n_moe)
+
+    @staticmethod
+    def _documents(input_ids: Tensor, position_ids: Tensor | None, documents: DocumentLayout | None,
+                   cache: KVCache | StaticKVCache | None) -> DocumentLayout:
+        """The one layout of this forward (built once, shared by every block)."""
+        if cache is not None:
+            raise ValueError("position_ids (packed documents) cannot be combined with a KV cache: "
+                             "decoding continues one sequence per row")
+        if position_ids is not None and documents is not None:
+            raise ValueError("give position_ids or documents, not both")
+        layout = documents if documents is not None else DocumentLayout.of(position_ids.to(input_ids.device))
+        if layout.position_ids.shape != input_ids.shape:
+            raise ValueError(f"position_ids has shape {tuple(layout.position_ids.shape)}; input_ids has "
+                             f"{tuple(input_ids.shape)}")
+        return layout

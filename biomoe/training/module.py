@@ -17,8 +17,9 @@ from torchmetrics import MeanMetric
 from biomoe.build import BuiltModel, build_model
 from biomoe.compat.lightning import attached_trainer, logs_this_step
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig, RuntimeConfig
-from biomoe.model.losses import LN2, masked_cross_entropy_rows, masked_cross_entropy_sum, per_position_log_likelihood
+from biomoe.model.losses import LN2, masked_cross_entropy_sum, per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
+from biomoe.training.genome_metrics import genome_step_outputs
 from biomoe.training.grad_norms import clip_grad_norm_shared, drop_grad_scale, forget_step_grad_norms
 from biomoe.training.held_out_metric import Fp32MeanMetric
 from biomoe.training.optimizer_choice import master_weight_adamw, wants_master_weights
@@ -102,15 +103,16 @@ class BioMoEModule(L.LightningModule):
         else:
             clip_grad_norm_shared(self, raw, params, float(gradient_clip_val))
 
-    def forward(self, input_ids: Tensor):
+    def forward(self, input_ids: Tensor, position_ids: Tensor | None = None):
+        """``position_ids``: rows packed with several documents (attention stays inside each)."""
         if self.built is None:  # used outside a Trainer: build on the module's device
             self.configure_model()
         with self.built.autocast():
-            return self.model(input_ids)
+            return self.model(input_ids, position_ids=position_ids)
 
     # --------------------------------------------------------------------------------- training
     def _loss_terms(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        out = self(batch["input_ids"])  # precision recipe (te.autocast) around the forward only
+        out = self(batch["input_ids"], batch.get("position_ids"))  # precision recipe (te.autocast) around the forward only
         ce_sum, n = masked_cross_entropy_sum(out.logits, batch["labels"], batch["loss_mask"])
         ce = ce_sum / n.clamp_min(1.0)
         loss = ce + self.config.aux_loss_coef * out.aux_loss + self.config.z_loss_coef * out.z_loss
@@ -226,14 +228,13 @@ class BioMoEModule(L.LightningModule):
         metric.update(terms["ce_sum"] / n.clamp_min(1.0), weight=n)
         self.log(f"{stage}/ce", metric, prog_bar=True)
         self.log(f"{stage}/aux", terms["aux"], sync_dist=True)
-        if "genome" in batch:  # per-window sums, added up per genome by PerGenomeMetrics
-            row_ce_sum, row_n = masked_cross_entropy_rows(terms["logits"], batch["labels"], batch["loss_mask"])
-            return {"row_ce_sum": row_ce_sum.detach(), "row_n": row_n}
+        if "genome" in batch:  # per-window (packed: per-token) sums, added up per genome by PerGenomeMetrics
+            return genome_step_outputs(terms["logits"], batch)
         return None
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         """Per-position log p(base) in nats (NaN where the loss mask excludes the base)."""
-        out = self(batch["input_ids"])
+        out = self(batch["input_ids"], batch.get("position_ids"))
         loglik = per_position_log_likelihood(out.logits, batch["labels"])
         loglik = torch.where(batch["loss_mask"].bool(), loglik, torch.full_like(loglik, float("nan")))
         return {"log_likelihood": loglik}
