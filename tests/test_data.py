@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.data.dataset import GenomeWindowDataset
+from biomoe.data.packed import PackedGenomeDataset
 from biomoe.data.splits import split_regions
 from biomoe.errors import GenomeInputError
 from biomoe.data.fasta import Genome
@@ -32,7 +33,7 @@ def _positions(ds: GenomeWindowDataset) -> list[tuple[str, int, int]]:
 
 
 def test_window_count_and_positions(genome) -> None:
-    with pytest.warns(UserWarning, match="skipping contig 'tiny'"):
+    with pytest.warns(UserWarning, match=r"skipping 1 contig\(s\) shorter than seq_length 100 \(40 bp\)"):
         ds = GenomeWindowDataset(genome, seq_length=100, stride=50)
     # c1: starts 0..900 step 50 -> 19; c2: 0..400 step 50 -> 9 (430 would overrun 530)
     assert len(ds) == 19 + 9
@@ -83,8 +84,27 @@ def test_all_contigs_too_short_is_error(write_fasta, cache_dir) -> None:
         GenomeWindowDataset(g, seq_length=100)
 
 
-def _covered(ds: GenomeWindowDataset) -> set[tuple[str, int]]:
-    return {(c, p) for c, s, e in _positions(ds) for p in range(s, e)}
+def test_short_contigs_are_reported_in_one_line(write_fasta, cache_dir) -> None:
+    records = {"long": random_dna(300, 5), **{f"short{i}": random_dna(20 + i, 6 + i) for i in range(30)}}
+    g = Genome(write_fasta(records), cache_dir=cache_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = GenomeWindowDataset(g, seq_length=100)
+    lines = [str(w.message) for w in caught]
+    assert lines == [f"train: skipping 30 contig(s) shorter than seq_length 100 ({sum(range(20, 50)):,} bp); "
+                     "data.packing: true trains on them"]
+    assert {ds.window(i)[0] for i in range(len(ds))} == {"long"}
+
+
+def _spans(ds) -> list[tuple[str, int, int]]:
+    """Every window, or every document of every packed row."""
+    if isinstance(ds, PackedGenomeDataset):
+        return [span for i in range(len(ds)) for span in ds.documents(i)]
+    return _positions(ds)
+
+
+def _covered(ds) -> set[tuple[str, int]]:
+    return {(c, p) for c, s, e in _spans(ds) for p in range(s, e)}
 
 
 def test_fraction_split_disjoint(genome) -> None:
@@ -214,15 +234,18 @@ def test_max_windows_subsample(genome) -> None:
 # ---------------------------------------------------------------------------------------
 # DataModule
 # ---------------------------------------------------------------------------------------
-def test_datamodule_fraction(genome, cache_dir) -> None:
+@pytest.mark.parametrize("packing", [True, False])
+def test_datamodule_fraction(genome, cache_dir, packing: bool) -> None:
     dm = GenomeDataModule(fasta=[str(p) for p in genome.paths], seq_length=100, batch_size=4,
-                          val_fraction=0.2, cache_dir=str(cache_dir), rc_prob=0.5)
+                          val_fraction=0.2, cache_dir=str(cache_dir), rc_prob=0.5, packing=packing)
     assert dm.vocab_size == 64 and isinstance(dm.tokenizer, NucleotideTokenizer)
     dm.prepare_data()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dm.setup("fit")
     assert not _covered(dm.train_dataset) & _covered(dm.val_dataset)
+    assert isinstance(dm.train_dataset, PackedGenomeDataset) == packing
+    assert isinstance(dm.val_dataset, PackedGenomeDataset) == packing
     assert dm.val_dataset.rc_prob == 0.0 and dm.val_dataset.stride == 100
     batch = next(iter(dm.train_dataloader()))
     assert batch["input_ids"].shape == (4, 100)
@@ -232,7 +255,10 @@ def test_datamodule_fraction(genome, cache_dir) -> None:
     val = list(dm.val_dataloader())
     assert sum(len(b["labels"]) for b in val) == len(dm.val_dataset)
     assert len(dm.test_dataloader().dataset) == len(dm.val_dataset)
-    assert len(dm.predict_dataloader().dataset) == len(dm.val_dataset)
+    # predict writes one line per window: fixed windows of the validation split, packed or not
+    predict = dm.predict_dataloader().dataset
+    assert isinstance(predict, GenomeWindowDataset) and _covered(predict) <= _covered(dm.val_dataset)
+    assert _positions(predict) == [("c1", 800, 900), ("c1", 900, 1000), ("c2", 424, 524)]
 
 
 def test_datamodule_val_contigs_and_no_val(genome, cache_dir) -> None:
@@ -241,7 +267,7 @@ def test_datamodule_val_contigs_and_no_val(genome, cache_dir) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dm.setup("fit")
-    assert {dm.val_dataset.window(i)[0] for i in range(len(dm.val_dataset))} == {"c2"}
+    assert {contig for contig, _, _ in _spans(dm.val_dataset)} == {"c2"}
     dm2 = GenomeDataModule(fasta=fasta, seq_length=100, val_fraction=0.0, cache_dir=str(cache_dir))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -282,4 +308,8 @@ def test_bundled_lambda_default(tmp_path) -> None:
         pytest.skip("bundled data not present")
     dm = GenomeDataModule(fasta=str(lam), cache_dir=str(tmp_path))
     dm.setup("fit")
-    assert len(dm.train_dataset) == 42 and len(dm.val_dataset) == 4
+    # 48,502 bp: 43,651 train bases = 42 windows of 1,024 + a packed end of 643; 4,851 validation = 4 + 755
+    assert len(dm.train_dataset) == 43 and len(dm.val_dataset) == 5
+    windows = GenomeDataModule(fasta=str(lam), cache_dir=str(tmp_path), packing=False)
+    windows.setup("fit")
+    assert len(windows.train_dataset) == 42 and len(windows.val_dataset) == 4

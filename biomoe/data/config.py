@@ -68,7 +68,8 @@ class DataConfig:
     seq_length: int = checked(1024, integer(1))
     """Bases per training window (the model's context)."""
     stride: int | None = checked(None, integer(1, optional=True))
-    """Distance between training window starts; None = ``seq_length`` (windows do not overlap)."""
+    """Distance between training window starts; None = ``seq_length`` (windows do not overlap). With
+    ``packing`` the pieces that would run past a contig's end are cut there and packed."""
     batch_size: int = checked(8, integer(1))
     """Windows per batch and device."""
     num_workers: int = checked(0, integer(0))
@@ -79,7 +80,7 @@ class DataConfig:
     """Share at the end of every contig held out for validation; 0 and no ``val_contigs`` or
     ``val_files`` disables validation."""
     max_n_fraction: float = checked(0.1, _FRACTION)
-    """Windows with more N/ambiguous bases than this share are dropped."""
+    """Windows (pieces, with ``packing``) with more N/ambiguous bases than this share are dropped."""
     rc_prob: float = checked(0.5, _FRACTION)
     """Probability of reverse-complementing a training window (decided per seed, epoch and window)."""
     seed: int = checked(0, integer(0, 2**32 - 1))
@@ -89,7 +90,7 @@ class DataConfig:
     cache_dir: str | None = checked(None, folder())
     """Where scans, indexes and decompressed copies go (default: beside the FASTA, else the user cache)."""
     max_train_windows: int | None = checked(None, integer(1, optional=True))
-    """Use at most this many training windows, a seeded subsample (quick runs)."""
+    """Use at most this many training windows (rows, with ``packing``), a seeded subsample (quick runs)."""
     mutation_prob: float = checked(0.0, _SHARE)
     """Share of training input bases replaced by another base (labels untouched): a denoising
     regulariser for small genomes."""
@@ -106,6 +107,13 @@ class DataConfig:
     sampling_temperature: float = checked(1.0, real(0.0, lo_open=True))
     """A file's share of training windows grows as its size ** (1 / T): 1 samples by size, larger
     values move towards every genome equally often."""
+    packing: bool = checked(True, boolean())
+    """Pack training, validation and test rows with whole short records and pieces (at most
+    ``seq_length`` bases) of long contigs, the last piece of a contig included, each piece its own
+    document (``position_ids`` restart at 0, attention stays inside it). On by default because fixed
+    windows silently leave out every record shorter than ``seq_length`` (plasmids, phages, draft and
+    metagenomic contigs) and the end of every long contig; for one complete genome the rows are the
+    same windows plus a few packed contig ends. False: fixed windows, as ``predict`` always reads."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -114,9 +122,13 @@ class DataConfig:
     @classmethod
     def from_mapping(cls, saved: Mapping[str, Any], **overrides: Any) -> DataConfig:
         """Settings as a checkpoint records them (``datamodule_hyper_parameters``): keys this
-        version does not know are ignored, ``overrides`` win."""
+        version does not know are ignored, ``overrides`` win. A record without ``packing`` was
+        written before packing existed, by a run that trained on fixed windows: it reads as
+        ``packing=False``, so that its held-out numbers stay comparable."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in {**saved, **overrides}.items() if k in known})
+        given = {**saved, **overrides}
+        given.setdefault("packing", False)
+        return cls(**{k: v for k, v in given.items() if k in known})
 
     @property
     def has_val_split(self) -> bool:

@@ -4,11 +4,16 @@ The settings are :class:`~biomoe.data.config.DataConfig`'s fields, taken as keyw
 that the command line and configs set them as ``data.<name>``; checkpoints record them flat
 (``datamodule_hyper_parameters``), as given. The windows are :mod:`biomoe.data.dataset`, the
 splits :mod:`biomoe.data.splits`, the order of training windows :mod:`biomoe.data.samplers`.
+With ``packing`` (the default) training, validation and test rows are
+:class:`~biomoe.data.packed.PackedGenomeDataset`: whole short records and pieces of long contigs,
+each its own document (``batch["position_ids"]``); ``predict`` always reads fixed windows, because
+it writes one score per window with its contig and coordinates.
 
 With several files, training windows are drawn per file (:class:`GenomeWeightedSampler`) when
 ``sampling_temperature`` or ``file_weights`` ask for shares other than by size, and every
-held-out window carries the index of its file (``batch["genome"]``) so that held-out numbers
-can be reported per genome.
+held-out window carries the index of its file (``batch["genome"]``: one per window, or with
+packing one per token, -1 on padding) so that held-out numbers can be reported per genome. Packed
+training rows then hold the pieces of one file each, so that a row belongs to the file it is drawn for.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from torch.utils.data import DataLoader, Sampler
 from biomoe.data.config import DataConfig, takes_fields_of
 from biomoe.data.dataset import GenomeWindowDataset
 from biomoe.data.loader import EpochAwareDataLoader
+from biomoe.data.packed import PackedGenomeDataset
 from biomoe.data.reader import Region, SequenceReader
 from biomoe.data.registry import open_reader
 from biomoe.data.samplers import EpochSeededRandomSampler, GenomeWeightedSampler, ResumableBatchSampler, file_shares
@@ -33,8 +39,11 @@ from biomoe.data.splits import Splits, match_files, split_genome, split_regions
 from biomoe.data.tokenizer import NucleotideTokenizer
 
 __all__ = ["DataConfig", "EpochSeededRandomSampler", "GenomeDataModule", "GenomeWeightedSampler",
-           "GenomeWindowDataset", "Region", "ResumableBatchSampler", "Splits", "file_shares", "split_genome",
-           "split_regions"]
+           "GenomeWindowDataset", "PackedGenomeDataset", "Region", "ResumableBatchSampler", "Rows", "Splits",
+           "file_shares", "split_genome", "split_regions"]
+
+Rows = GenomeWindowDataset | PackedGenomeDataset
+"""What a split reads: fixed windows, or packed rows (``data.packing``)."""
 
 
 class GenomeDataModule(L.LightningDataModule):
@@ -42,8 +51,8 @@ class GenomeDataModule(L.LightningDataModule):
 
     ``setup()`` opens the genome (FASTA is validated and indexed, see :mod:`biomoe.data.fasta`;
     other formats go to their registered reader, see :mod:`biomoe.data.registry`) and builds the
-    window tables from :func:`split_genome`. Held-out splits are read with stride ``seq_length``
-    and no reverse complement; ``predict`` reads the validation split. ``test`` reads the test
+    window (or packed row) tables from :func:`split_genome`. Held-out splits are read with stride
+    ``seq_length`` and no reverse complement; ``predict`` reads the validation split as fixed windows. ``test`` reads the test
     split; without one configured it reads the validation split and says so. ``val_fraction=0``
     and no ``val_contigs``/``val_files`` disables validation.
 
@@ -78,6 +87,7 @@ class GenomeDataModule(L.LightningDataModule):
         test_files: list[str] | None = DataConfig.test_files,
         file_weights: dict[str, float] | None = DataConfig.file_weights,
         sampling_temperature: float = DataConfig.sampling_temperature,
+        packing: bool = DataConfig.packing,
     ) -> None:
         """The data settings; each is described, defaulted and range-checked by :class:`DataConfig`."""
         super().__init__()
@@ -89,9 +99,10 @@ class GenomeDataModule(L.LightningDataModule):
         """The reader to train on; None until :meth:`setup` opens ``fasta`` (or :meth:`from_reader` sets it)."""
         self.genome: SequenceReader | None = None
         self.splits: Splits | None = None
-        self.train_dataset: GenomeWindowDataset | None = None
-        self.val_dataset: GenomeWindowDataset | None = None
-        self._test_dataset: GenomeWindowDataset | None = None
+        self.train_dataset: Rows | None = None
+        self.val_dataset: Rows | None = None
+        self._test_dataset: Rows | None = None
+        self._predict_dataset: GenomeWindowDataset | None = None
         self.shares: np.ndarray | None = None
 
     @classmethod
@@ -132,43 +143,44 @@ class GenomeDataModule(L.LightningDataModule):
         splits = split_genome(genome, val_contigs=config.val_contigs, val_fraction=config.val_fraction,
                               test_contigs=config.test_contigs, test_fraction=config.test_fraction,
                               val_files=config.val_files, test_files=config.test_files)
-        self.train_dataset = GenomeWindowDataset(
-            genome,
-            config.seq_length,
-            stride=config.stride,
-            max_n_fraction=config.max_n_fraction,
-            regions=splits.train,
-            rc_prob=config.rc_prob,
-            seed=config.seed,
-            tokenizer=self.tokenizer,
-            max_windows=config.max_train_windows,
-            split="train",
-            mutation_prob=config.mutation_prob,
-        )
+        weights = self._file_weights(genome)
+        common = dict(stride=config.stride, max_n_fraction=config.max_n_fraction, regions=splits.train,
+                      rc_prob=config.rc_prob, seed=config.seed, tokenizer=self.tokenizer, split="train",
+                      mutation_prob=config.mutation_prob)
+        if config.packing:
+            self.train_dataset = PackedGenomeDataset(genome, config.seq_length, max_rows=config.max_train_windows,
+                                                     per_file=weights is not None, **common)
+        else:
+            self.train_dataset = GenomeWindowDataset(genome, config.seq_length, max_windows=config.max_train_windows,
+                                                     **common)
         self.train_dataset.epoch_source = self._current_epoch
         self.val_dataset = self._held_out(genome, splits.val, "validation")
         self._test_dataset = self._held_out(genome, splits.test, "test")
-        self.shares = self._file_shares(genome, self.train_dataset)
+        self.shares = (None if weights is None else
+                       file_shares(self.train_dataset.file_index, len(genome.paths), config.sampling_temperature,
+                                   weights))
         self.splits = splits
         self.genome = genome
 
-    def _held_out(self, genome: SequenceReader, regions: list[Region], split: str) -> GenomeWindowDataset | None:
+    def _held_out(self, genome: SequenceReader, regions: list[Region], split: str, packing: bool | None = None
+                  ) -> Rows | None:
         if not regions:
             return None
         config = self.config
-        return GenomeWindowDataset(genome, config.seq_length, stride=config.seq_length,
-                                   max_n_fraction=config.max_n_fraction, regions=regions, rc_prob=0.0,
-                                   seed=config.seed, tokenizer=self.tokenizer, split=split, tag_genome=True)
+        rows = PackedGenomeDataset if (config.packing if packing is None else packing) else GenomeWindowDataset
+        return rows(genome, config.seq_length, stride=config.seq_length, max_n_fraction=config.max_n_fraction,
+                    regions=regions, rc_prob=0.0, seed=config.seed, tokenizer=self.tokenizer, split=split,
+                    tag_genome=True)
 
-    def _file_shares(self, genome: SequenceReader, train: GenomeWindowDataset) -> np.ndarray | None:
-        """Per-file shares of training windows, or None where they are simply by size."""
+    def _file_weights(self, genome: SequenceReader) -> np.ndarray | None:
+        """Per-file sampling weights, or None where training rows are simply drawn by size."""
         weights = np.ones(len(genome.paths))
         for key, weight in (self.config.file_weights or {}).items():
             for index in match_files(genome, [key], "file_weights"):
                 weights[index] = float(weight)
         if self.config.sampling_temperature == 1.0 and np.all(weights == 1.0):
             return None
-        return file_shares(train.file_index, len(genome.paths), self.config.sampling_temperature, weights)
+        return weights
 
     def _current_epoch(self) -> int | None:
         trainer = getattr(self, "trainer", None)
@@ -198,11 +210,11 @@ class GenomeDataModule(L.LightningDataModule):
         return self.splits
 
     @property
-    def test_dataset(self) -> GenomeWindowDataset | None:
+    def test_dataset(self) -> Rows | None:
         """The test split, or the validation split where none is configured."""
         return self._test_dataset if self._test_dataset is not None else self.val_dataset
 
-    def _loader(self, dataset: GenomeWindowDataset, shuffle: bool, cls: type[DataLoader] = DataLoader) -> DataLoader:
+    def _loader(self, dataset: Rows, shuffle: bool, cls: type[DataLoader] = DataLoader) -> DataLoader:
         config = self.config
         if shuffle:  # seeded, resumable order (see EpochSeededRandomSampler, ResumableBatchSampler)
             sampler: Sampler[int] = (EpochSeededRandomSampler(dataset, seed=config.seed) if self.shares is None
@@ -221,7 +233,7 @@ class GenomeDataModule(L.LightningDataModule):
             persistent_workers=config.num_workers > 0,
         )
 
-    def _require(self, dataset: GenomeWindowDataset | None, what: str) -> GenomeWindowDataset:
+    def _require(self, dataset: Rows | None, what: str) -> Rows:
         if self.genome is None:
             raise RuntimeError(f"call setup() before {what}_dataloader()")
         if dataset is None:
@@ -243,7 +255,14 @@ class GenomeDataModule(L.LightningDataModule):
         return self._loader(self._require(self.test_dataset, "test"), shuffle=False)
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader(self._require(self.val_dataset, "predict"), shuffle=False)
+        """Fixed windows of the validation split, also with ``packing``: ``predict`` writes one score
+        per window with its contig, start and end, which a row of several documents does not have."""
+        dataset = self._require(self.val_dataset, "predict")
+        if isinstance(dataset, PackedGenomeDataset):
+            if self._predict_dataset is None:
+                self._predict_dataset = self._held_out(self.genome, self._set_up().val, "predict", packing=False)
+            dataset = self._predict_dataset
+        return self._loader(dataset, shuffle=False)
 
 
 def _setting(name: str) -> property:

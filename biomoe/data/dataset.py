@@ -3,7 +3,9 @@
 A training example is a fixed-length window of the genome. Windows are described by a small
 table (contig index, start) built once; sequence is read lazily through the reader in
 ``__getitem__``, so memory stays flat for any genome size and DataLoader workers each open their
-own file handles.
+own file handles. :mod:`biomoe.data.packed` packs whole short records and the ends of long
+contigs into rows instead (``data.packing``); both share the epoch and augmentation seeding of
+:class:`SeededRows`.
 """
 
 from __future__ import annotations
@@ -21,13 +23,97 @@ from biomoe.data.reader import Region, SequenceReader, reader_label
 from biomoe.data.tokenizer import A_ID, BOS_ID, T_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 
-__all__ = ["GenomeWindowDataset"]
+__all__ = ["GenomeWindowDataset", "SeededRows", "ambiguous_counts"]
 
 _SCAN_BLOCK = 8_000_000  # bases read at once when counting ambiguous bases
 
 
-class GenomeWindowDataset(Dataset):
-    """Fixed-length windows of a :class:`~biomoe.data.reader.SequenceReader` as next-token-prediction examples.
+def ambiguous_counts(genome: SequenceReader, tokenizer: NucleotideTokenizer, contig: int, starts: np.ndarray,
+                     ends: np.ndarray) -> np.ndarray:
+    """Per stretch ``[starts[i], ends[i])`` of one contig, how many bases are not A/C/G/T.
+
+    ``starts`` and ``ends`` must be non-decreasing (windows or pieces in contig order). The contig
+    is read in blocks of about ``_SCAN_BLOCK`` bases, so a chromosome never sits in memory whole.
+    """
+    counts = np.zeros(starts.size, dtype=np.int64)
+    begin = 0
+    while begin < starts.size:
+        first = int(starts[begin])
+        end = int(np.searchsorted(starts, first + _SCAN_BLOCK, side="left"))
+        end = max(end, begin + 1)
+        span_end = int(ends[end - 1])
+        ids = tokenizer.encode(genome.fetch(contig, first, span_end))
+        bad = np.concatenate(([0], np.cumsum(~tokenizer.unambiguous_mask(ids), dtype=np.int64)))
+        counts[begin:end] = bad[ends[begin:end] - first] - bad[starts[begin:end] - first]
+        begin = end
+    return counts
+
+
+class SeededRows(Dataset):
+    """The epoch and augmentation seeding that window and packed datasets share.
+
+    Augmentation of item ``index`` is a pure function of (seed, epoch, index), so the same seed
+    and epoch give the same flips and mutations whatever the worker count or sampling order, and a
+    resumed run continues the same sequence. The epoch lives in a shared-memory tensor, so
+    :meth:`set_epoch` in the main process also reaches persistent DataLoader workers.
+    """
+
+    def __init__(self, *, seed: int, rc_prob: float, mutation_prob: float, split: str,
+                 tokenizer: NucleotideTokenizer | None) -> None:
+        check_settings(rc_prob=rc_prob, mutation_prob=mutation_prob)
+        self.rc_prob = float(rc_prob)
+        self.mutation_prob = float(mutation_prob)
+        self.seed = int(seed)
+        self.split = split
+        self.tokenizer = tokenizer or NucleotideTokenizer()
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._epochs_started = 0
+        self.epoch_source: Callable[[], int | None] | None = None
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.item())
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch used to seed reverse-complement flips (visible to workers)."""
+        self._epoch.fill_(int(epoch))
+
+    def start_epoch(self) -> None:
+        """Called when a DataLoader starts iterating: take the epoch from ``epoch_source``
+        (the trainer) when available, else count iterations."""
+        epoch = self.epoch_source() if self.epoch_source is not None else None
+        self.set_epoch(self._epochs_started if epoch is None else epoch)
+        self._epochs_started += 1
+
+    def flip_draws(self, index: int, count: int) -> np.ndarray:
+        """``count`` reverse-complement decisions for item ``index`` in the current epoch."""
+        if self.rc_prob <= 0.0:
+            return np.zeros(count, dtype=bool)
+        rng = np.random.default_rng((self.seed, self.epoch, int(index)))
+        return rng.random(count) < self.rc_prob
+
+    def mutate(self, ids: np.ndarray, index: int) -> np.ndarray:
+        """A copy of ``ids`` with each A/C/G/T swapped for another base with probability
+        ``mutation_prob``; N, IUPAC codes and specials (BOS, padding) are left alone.
+        Deterministic in (seed, epoch, index), like the reverse-complement flips."""
+        if self.mutation_prob <= 0.0:
+            return ids
+        rng = np.random.default_rng((self.seed, self.epoch, int(index), 1))
+        hit = (rng.random(ids.shape) < self.mutation_prob) & (ids >= A_ID) & (ids <= T_ID)
+        shift = rng.integers(1, 4, size=ids.shape)  # 1..3: always a different base
+        out = ids.copy()
+        out[hit] = A_ID + (ids[hit] - A_ID + shift[hit]) % 4
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["epoch_source"] = None  # usually a bound method of the DataModule/trainer
+        return state
+
+
+class GenomeWindowDataset(SeededRows):
+    """Fixed-length windows of a :class:`~biomoe.data.reader.SequenceReader` as next-token-prediction examples
+    (``data.packing: false``; :class:`~biomoe.data.packed.PackedGenomeDataset` is the packed form).
 
     Each item is a dict of tensors, all of length ``seq_length``:
 
@@ -42,7 +128,8 @@ class GenomeWindowDataset(Dataset):
     Windows start every ``stride`` bases inside each region; a window with more than
     ``max_n_fraction`` non-ACGT bases is dropped (gaps of N in assemblies would otherwise
     become a trivially predictable, useless signal). Contigs shorter than ``seq_length``
-    are skipped with a warning; an empty table raises :class:`GenomeInputError`.
+    are skipped, reported in one warning line (their count and bases); an empty table raises
+    :class:`GenomeInputError`.
 
     With ``rc_prob > 0`` a window is reverse-complemented with that probability, decided
     by ``np.random.default_rng((seed, epoch, index))``: the same seed and epoch always
@@ -53,9 +140,7 @@ class GenomeWindowDataset(Dataset):
     (seed, epoch, index) stream. The model must then predict the true base from a
     slightly wrong context: a denoising regulariser for small genomes, read many times
     over, where a model otherwise memorises exact contexts. Diverged copies of repeats
-    and paralogous genes are the same situation in real sequence. The epoch lives in
-    a shared-memory tensor, so :meth:`set_epoch` in the main process also reaches
-    persistent DataLoader workers.
+    and paralogous genes are the same situation in real sequence.
     """
 
     def __init__(
@@ -75,17 +160,13 @@ class GenomeWindowDataset(Dataset):
     ) -> None:
         check_settings(seq_length=seq_length)
         stride = seq_length if stride is None else stride
-        check_settings(stride=stride, max_n_fraction=max_n_fraction, rc_prob=rc_prob, mutation_prob=mutation_prob)
+        check_settings(stride=stride, max_n_fraction=max_n_fraction)
+        super().__init__(seed=seed, rc_prob=rc_prob, mutation_prob=mutation_prob, split=split, tokenizer=tokenizer)
         self.genome = genome
         self.seq_length = int(seq_length)
         self.stride = int(stride)
         self.max_n_fraction = float(max_n_fraction)
-        self.rc_prob = float(rc_prob)
-        self.mutation_prob = float(mutation_prob)
-        self.seed = int(seed)
-        self.split = split
         self.tag_genome = bool(tag_genome)
-        self.tokenizer = tokenizer or NucleotideTokenizer()
         if regions is None:
             regions = [(i, 0, c.length) for i, c in enumerate(genome.contigs)]
         self.contig_index, self.starts = self._build_table(regions)
@@ -93,32 +174,31 @@ class GenomeWindowDataset(Dataset):
             keep = np.sort(np.random.default_rng(self.seed).choice(len(self.starts), max_windows, replace=False))
             self.contig_index, self.starts = self.contig_index[keep], self.starts[keep]
         self._file_of_contig = np.array([c.file_index for c in genome.contigs], dtype=np.int64)
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
-        self._epochs_started = 0
-        self.epoch_source: Callable[[], int | None] | None = None
 
     # -- window table -----------------------------------------------------------------
     def _build_table(self, regions: Sequence[Region]) -> tuple[np.ndarray, np.ndarray]:
         seq_len = self.seq_length
         contig_parts: list[np.ndarray] = []
         start_parts: list[np.ndarray] = []
-        short: list[tuple[str, int]] = []
+        short: dict[int, int] = {}  # contig -> length, each contig once however many regions it has
         candidates = 0
         for contig, lo, hi in regions:
             info = self.genome.contigs[contig]
             if info.length < seq_len:
-                short.append((info.name, info.length))
+                short[contig] = info.length
                 continue
             starts = np.arange(lo, hi - seq_len + 1, self.stride, dtype=np.int64)
             if starts.size == 0:
                 continue
             candidates += starts.size
-            keep = self._few_ambiguous(contig, starts)
+            keep = ambiguous_counts(self.genome, self.tokenizer, contig, starts, starts + seq_len) \
+                <= self.max_n_fraction * seq_len
             start_parts.append(starts[keep])
             contig_parts.append(np.full(int(keep.sum()), contig, dtype=np.int64))
-        for name, length in short:
+        if short:
             warnings.warn(
-                f"{self.split}: skipping contig '{name}' ({length:,} bp < seq_length {seq_len:,})",
+                f"{self.split}: skipping {len(short):,} contig(s) shorter than seq_length {seq_len:,} "
+                f"({sum(short.values()):,} bp); data.packing: true trains on them",
                 stacklevel=3,
             )
         contig_index = np.concatenate(contig_parts) if contig_parts else np.zeros(0, dtype=np.int64)
@@ -129,67 +209,16 @@ class GenomeWindowDataset(Dataset):
                     f"all {candidates:,} windows have more than {self.max_n_fraction:.0%} N/ambiguous bases "
                     "(is the genome all N?)"
                 )
-            elif short and len(short) == len(regions):
+            elif short and len(short) == len({contig for contig, _, _ in regions}):
                 why = f"every contig is shorter than seq_length {seq_len:,}"
             else:
                 why = f"no room for a window of {seq_len:,} bases in the {self.split} region(s)"
             raise GenomeInputError(reader_label(self.genome), f"no {self.split} windows: {why}")
         return contig_index, starts_all
 
-    def _few_ambiguous(self, contig: int, starts: np.ndarray) -> np.ndarray:
-        """Boolean mask over ``starts``: windows with at most max_n_fraction non-ACGT bases."""
-        seq_len = self.seq_length
-        limit = self.max_n_fraction * seq_len
-        keep = np.zeros(starts.size, dtype=bool)
-        block = max(_SCAN_BLOCK, seq_len)
-        begin = 0
-        while begin < starts.size:
-            first = int(starts[begin])
-            end = int(np.searchsorted(starts, first + block, side="left"))
-            end = max(end, begin + 1)
-            span_end = int(starts[end - 1]) + seq_len
-            ids = self.tokenizer.encode(self.genome.fetch(contig, first, span_end))
-            bad = np.concatenate(([0], np.cumsum(~self.tokenizer.unambiguous_mask(ids), dtype=np.int64)))
-            rel = starts[begin:end] - first
-            keep[begin:end] = (bad[rel + seq_len] - bad[rel]) <= limit
-            begin = end
-        return keep
-
-    # -- epochs and augmentation ------------------------------------------------------
-    @property
-    def epoch(self) -> int:
-        return int(self._epoch.item())
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch used to seed reverse-complement flips (visible to workers)."""
-        self._epoch.fill_(int(epoch))
-
-    def start_epoch(self) -> None:
-        """Called when a DataLoader starts iterating: take the epoch from ``epoch_source``
-        (the trainer) when available, else count iterations."""
-        epoch = self.epoch_source() if self.epoch_source is not None else None
-        self.set_epoch(self._epochs_started if epoch is None else epoch)
-        self._epochs_started += 1
-
     def is_reverse_complemented(self, index: int) -> bool:
         """Whether item ``index`` is reverse-complemented in the current epoch."""
-        if self.rc_prob <= 0.0:
-            return False
-        rng = np.random.default_rng((self.seed, self.epoch, int(index)))
-        return bool(rng.random() < self.rc_prob)
-
-    def mutate(self, ids: np.ndarray, index: int) -> np.ndarray:
-        """A copy of ``ids`` with each A/C/G/T swapped for another base with probability
-        ``mutation_prob``; N, IUPAC codes and specials are left alone. Deterministic in
-        (seed, epoch, index), like the reverse-complement flips."""
-        if self.mutation_prob <= 0.0:
-            return ids
-        rng = np.random.default_rng((self.seed, self.epoch, int(index), 1))
-        hit = (rng.random(ids.shape) < self.mutation_prob) & (ids >= A_ID) & (ids <= T_ID)
-        shift = rng.integers(1, 4, size=ids.shape)  # 1..3: always a different base
-        out = ids.copy()
-        out[hit] = A_ID + (ids[hit] - A_ID + shift[hit]) % 4
-        return out
+        return bool(self.flip_draws(index, 1)[0])
 
     # -- Dataset protocol -------------------------------------------------------------
     def __len__(self) -> int:
@@ -221,8 +250,3 @@ class GenomeWindowDataset(Dataset):
     def file_index(self) -> np.ndarray:
         """Per window, the index of its file in ``genome.paths``."""
         return self._file_of_contig[self.contig_index]
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["epoch_source"] = None  # usually a bound method of the DataModule/trainer
-        return state

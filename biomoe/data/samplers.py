@@ -18,6 +18,7 @@ from biomoe.errors import ConfigError
 
 if TYPE_CHECKING:
     from biomoe.data.dataset import GenomeWindowDataset
+    from biomoe.data.packed import PackedGenomeDataset
 
 __all__ = ["EpochSeededRandomSampler", "GenomeWeightedSampler", "ResumableBatchSampler", "file_shares"]
 
@@ -68,7 +69,8 @@ class EpochSeededRandomSampler(RandomSampler):
 class GenomeWeightedSampler(Sampler[int]):
     """Draws ``len(dataset)`` training windows per epoch, first a file by its share, then a
     window of that file uniformly: per-genome sampling that does not depend on how many
-    windows each genome has.
+    windows each genome has. Packed rows work the same way when each holds the pieces of one
+    file (the datamodule packs them so whenever it samples per file).
 
     The draw is a pure function of ``(seed, epoch)``; the epoch is read from the dataset
     (which the loader sets when a pass starts), so it also advances when Lightning wraps
@@ -77,7 +79,7 @@ class GenomeWeightedSampler(Sampler[int]):
     a small genome given a large share is read several times per epoch.
     """
 
-    def __init__(self, dataset: GenomeWindowDataset, shares: np.ndarray, seed: int = 0) -> None:
+    def __init__(self, dataset: GenomeWindowDataset | PackedGenomeDataset, shares: np.ndarray, seed: int = 0) -> None:
         self.dataset = dataset
         self.seed = int(seed)
         self.epoch = 0

@@ -2,8 +2,10 @@
 
 Why: pooled over genomes, one number hides that a model does well on the large genome that
 dominates the split and badly on a small one, and on held-out strains each strain is its own
-question. The evaluation step returns per-window cross-entropy sums; this callback adds them up
-per file (``batch["genome"]``, set by :class:`~biomoe.data.datamodule.GenomeDataModule`) and logs
+question. The evaluation step returns per-window cross-entropy sums (per-token cross-entropy for
+packed rows, whose documents may come from several files, see :func:`genome_step_outputs`); this
+callback adds them up per file (``batch["genome"]``, set by
+:class:`~biomoe.data.datamodule.GenomeDataModule`: one per window, or one per token, -1 on padding) and logs
 ``{stage}/<genome label>/bits_per_base`` for every genome the split holds, when it holds more
 than one. Sums are token-weighted and summed over ranks, like the pooled ``{stage}/bits_per_base``.
 """
@@ -14,21 +16,36 @@ from typing import Any
 
 import lightning as L
 import torch
+import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from biomoe.model.losses import LN2
+from biomoe.model.losses import LN2, masked_cross_entropy_rows
 from biomoe.training.markov_baseline import EvaluationPassCallback
 
-__all__ = ["PerGenomeMetrics"]
+__all__ = ["PerGenomeMetrics", "genome_step_outputs"]
+
+
+def genome_step_outputs(logits: Tensor, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+    """What an evaluation step returns for :class:`PerGenomeMetrics`, for a batch with ``genome``.
+
+    One genome per window (``genome`` [batch]): ``row_ce_sum`` and ``row_n``, per window, nats and
+    scored bases. One genome per token (``genome`` [batch, seq], packed rows): ``token_ce``, per
+    token, nats, 0 where the loss mask excludes the token; the callback adds it up per genome.
+    """
+    if batch["genome"].dim() == 2:
+        token_ce = F.cross_entropy(logits.float().transpose(1, 2), batch["labels"], reduction="none")
+        return {"token_ce": torch.where(batch["loss_mask"].bool(), token_ce, torch.zeros_like(token_ce)).detach()}
+    row_ce_sum, row_n = masked_cross_entropy_rows(logits, batch["labels"], batch["loss_mask"])
+    return {"row_ce_sum": row_ce_sum.detach(), "row_n": row_n}
 
 
 class PerGenomeMetrics(EvaluationPassCallback):
     """Logs ``val/<genome>/bits_per_base`` and ``test/<genome>/bits_per_base``.
 
-    Needs evaluation steps that return ``{"row_ce_sum", "row_n"}`` (per window, nats and scored
-    bases), as :class:`~biomoe.training.module.BioMoEModule` does for batches with a ``genome``
-    entry. Does nothing for data with one file.
+    Needs evaluation steps that return :func:`genome_step_outputs` (per window, or per token for
+    packed rows), as :class:`~biomoe.training.module.BioMoEModule` does for batches with a
+    ``genome`` entry. Does nothing for data with one file.
     """
 
     def __init__(self) -> None:
@@ -54,10 +71,17 @@ class PerGenomeMetrics(EvaluationPassCallback):
     def _batch(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                batch: dict[str, Tensor], stage: str) -> None:
         sums = self._sums.get(stage)
-        if sums is None or not isinstance(outputs, dict) or "row_ce_sum" not in outputs or "genome" not in batch:
+        if sums is None or not isinstance(outputs, dict) or "genome" not in batch:
             return
-        rows = torch.stack([outputs["row_ce_sum"].double(), outputs["row_n"].double()], dim=-1)
-        sums.index_add_(0, batch["genome"].to(sums.device).long(), rows.to(sums.device))
+        genome = batch["genome"].to(sums.device).long()
+        if "token_ce" in outputs and genome.dim() == 2:  # packed rows: each token its document's genome
+            # weights instead of a boolean selection: no host sync for the number of scored tokens
+            scored = (batch["loss_mask"].to(sums.device).bool() & (genome >= 0)).double()
+            tokens = torch.stack([outputs["token_ce"].to(sums.device).double() * scored, scored], dim=-1)
+            sums.index_add_(0, genome.clamp_min(0).reshape(-1), tokens.reshape(-1, 2))
+        elif "row_ce_sum" in outputs:
+            rows = torch.stack([outputs["row_ce_sum"].double(), outputs["row_n"].double()], dim=-1)
+            sums.index_add_(0, genome, rows.to(sums.device))
 
     def _end(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         sums = self._sums.pop(stage, None)
