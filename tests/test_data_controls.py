@@ -17,6 +17,7 @@ from biomoe.data.splits import split_genome
 from biomoe.data.fasta import Genome
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
+from biomoe.data.packed import PackedGenomeDataset
 from biomoe.training.genome_metrics import PerGenomeMetrics
 from biomoe.genomics.markov import training_sequences
 from biomoe.training.module import BioMoEModule
@@ -41,11 +42,25 @@ def datamodule(paths, cache_dir, **kw) -> GenomeDataModule:
 
 
 def files_of(dataset) -> set[int]:
+    """The files of every window, or of every document of every packed row."""
+    if isinstance(dataset, PackedGenomeDataset):
+        return set(dataset.piece_files[dataset.table.pieces].tolist())
     return set(dataset.file_index.tolist())
 
 
+def spans(dataset) -> list[tuple[str, int, int]]:
+    """Every window, or every document of every packed row: (contig, start, end)."""
+    if isinstance(dataset, PackedGenomeDataset):
+        return [span for i in range(len(dataset)) for span in dataset.documents(i)]
+    return [dataset.window(i) for i in range(len(dataset))]
+
+
+def contigs_of(dataset) -> set[str]:
+    return {contig for contig, _, _ in spans(dataset)}
+
+
 def covered(dataset) -> set[tuple[str, int]]:
-    return {(c, p) for i in range(len(dataset)) for c, s, e in [dataset.window(i)] for p in range(s, e)}
+    return {(c, p) for c, s, e in spans(dataset) for p in range(s, e)}
 
 
 def test_whole_files_held_out_for_validation_and_test(three_genomes, cache_dir) -> None:
@@ -57,7 +72,7 @@ def test_whole_files_held_out_for_validation_and_test(three_genomes, cache_dir) 
     # The Markov baseline is fitted on exactly the training regions: no base of a held-out file.
     assert sum(len(s) for s in training_sequences(dm)) == 4000
     item = dm.test_dataset[0]
-    assert int(item["genome"]) == 2 and "genome" not in dm.train_dataset[0]
+    assert set(item["genome"].tolist()) <= {2, -1} and "genome" not in dm.train_dataset[0]  # -1: padding
 
 
 def test_held_out_files_combine_with_a_fraction_of_the_others(three_genomes, cache_dir) -> None:
@@ -89,8 +104,8 @@ def test_test_without_a_test_split_says_it_uses_validation(three_genomes, cache_
 
 def test_held_out_contigs_for_test(three_genomes, cache_dir) -> None:
     dm = datamodule(three_genomes, cache_dir, test_contigs=["big_2"], val_contigs=["mid_1"])
-    assert {dm.test_dataset.window(i)[0] for i in range(len(dm.test_dataset))} == {"big_2"}
-    assert {dm.val_dataset.window(i)[0] for i in range(len(dm.val_dataset))} == {"mid_1"}
+    assert contigs_of(dm.test_dataset) == {"big_2"}
+    assert contigs_of(dm.val_dataset) == {"mid_1"}
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -117,8 +132,8 @@ def test_bad_fractions_and_weights_are_config_errors(three_genomes, cache_dir) -
 
 def test_namespaced_contigs_are_named_in_splits(three_genomes, cache_dir) -> None:
     dm = datamodule(three_genomes, cache_dir, val_contigs=["small#contig_1"])
-    assert {dm.val_dataset.window(i)[0] for i in range(len(dm.val_dataset))} == {"small#contig_1"}
-    assert "big#contig_1" in {dm.train_dataset.window(i)[0] for i in range(len(dm.train_dataset))}
+    assert contigs_of(dm.val_dataset) == {"small#contig_1"}
+    assert "big#contig_1" in contigs_of(dm.train_dataset)
 
 
 def test_file_shares_follow_temperature_and_weights() -> None:
@@ -164,10 +179,14 @@ def test_weighted_draw_is_a_function_of_seed_and_epoch(three_genomes, cache_dir)
     assert 1 not in set(dropped.train_dataset.file_index[list(dropped.train_dataloader().batch_sampler.sampler)])
 
 
-def test_validation_reports_bits_per_base_per_genome(three_genomes, cache_dir, tmp_path) -> None:
-    """val/<genome>/bits_per_base per file; their token-weighted mean is the pooled number."""
+@pytest.mark.parametrize("packing", [True, False])
+def test_validation_reports_bits_per_base_per_genome(three_genomes, cache_dir, tmp_path, packing: bool) -> None:
+    """val/<genome>/bits_per_base per file; their token-weighted mean is the pooled number (packed rows
+    hold documents of several files)."""
     torch.manual_seed(0)
-    dm = datamodule(three_genomes, cache_dir, val_fraction=0.3)
+    dm = datamodule(three_genomes, cache_dir, val_fraction=0.33, packing=packing)
+    rows = [dm.val_dataset[i]["genome"] for i in range(len(dm.val_dataset))]
+    assert any(len(set(g.reshape(-1).tolist()) - {-1}) > 1 for g in rows) == packing  # two files in one row
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
                       ffn_hidden_size=32)
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
@@ -178,8 +197,9 @@ def test_validation_reports_bits_per_base_per_genome(three_genomes, cache_dir, t
     assert len(set(per_genome.values())) == 3
     bases = np.zeros(3)
     for i in range(len(dm.val_dataset)):
-        item = dm.val_dataset[i]
-        bases[int(item["genome"])] += float(item["loss_mask"].sum())
+        item = dm.val_dataset[i]  # packed: a genome per token, -1 on padding (never scored)
+        genome = torch.broadcast_to(item["genome"], item["loss_mask"].shape)
+        np.add.at(bases, genome[item["loss_mask"]].numpy(), 1.0)
     pooled = sum(per_genome[label] * n for label, n in zip(("big", "mid", "small"), bases)) / bases.sum()
     assert result["val/bits_per_base"] == pytest.approx(pooled, rel=1e-4)
 

@@ -160,6 +160,11 @@ class PackedGenomeDataset(SeededRows):
         return self._file_of_contig[self.piece_contig[firsts]]
 
     @property
+    def piece_files(self) -> np.ndarray:
+        """Per piece, the index of its file in ``genome.paths``."""
+        return self._file_of_contig[self.piece_contig]
+
+    @property
     def real_fraction(self) -> float:
         """Share of the row tokens that are bases (the rest is padding)."""
         return float((self.piece_end - self.piece_start)[self.table.pieces].sum()) / max(len(self) * self.seq_length, 1)
