@@ -173,3 +173,25 @@ def test_elementwise_foreach_helpers_work_on_dtensor_shards(tmp_path):
         assert torch.equal(master.full_tensor(), torch.full((4, 2), 2.25))
     finally:
         dist.destroy_process_group()
+
+
+def test_eager_when_compiled_runs_eagerly_inside_a_compiled_region():
+    """Outside torch.compile the function is called as it is; inside a compiled function it is
+    not traced (it sees no compilation) while an undecorated neighbour is."""
+    from biomoe.compat.torch import eager_when_compiled
+
+    seen: list[bool] = []
+
+    @eager_when_compiled
+    def probe(x):
+        seen.append(torch.compiler.is_compiling())
+        return x * 2
+
+    def traced(x):
+        seen.append(torch.compiler.is_compiling())
+        return x
+
+    assert probe(torch.ones(2)).tolist() == [2.0, 2.0] and seen == [False]
+    compiled = torch.compile(lambda x: probe(x + 1) + traced(x), backend="eager")
+    assert compiled(torch.ones(3)).tolist() == [5.0, 5.0, 5.0]
+    assert seen == [False, False, True]

@@ -11,13 +11,17 @@
 - ``Optimizer._step_supports_amp_scaling``: the optimizer's step takes ``found_inf`` and skips a
   bad update on the device (torch's fused kernels; the contract ``GradScaler`` relies on);
 - DCP's no-process-group loader with an empty planner: read chosen keys of a distributed
-  checkpoint in one process without building a template state dict.
+  checkpoint in one process without building a template state dict;
+- ``torch._disable_dynamo``: ``torch.compiler.disable`` that imports ``torch._dynamo`` only when
+  the function first runs, not when it is decorated (:func:`eager_when_compiled`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -25,8 +29,29 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 
 TESTED_WITH = ("2.11", "2.13")
 
-__all__ = ["TESTED_WITH", "checkpoint_wrapper", "checkpoint_wrapped", "flatten_mesh", "foreach_copy_", "foreach_ema_", "foreach_mul_",
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+__all__ = ["TESTED_WITH", "checkpoint_wrapper", "checkpoint_wrapped", "eager_when_compiled", "flatten_mesh", "foreach_copy_", "foreach_ema_", "foreach_mul_",
            "foreach_norm", "grouped_mm", "has_grouped_mm", "load_checkpoint_keys", "step_supports_amp_scaling"]
+
+
+def eager_when_compiled(fn: _F) -> _F:
+    """``torch.compiler.disable`` for a function (or method) that dynamo cannot trace: inside a
+    compiled region it runs eagerly and the graph is split around it.
+
+    ``torch.compiler.disable`` imports ``torch._dynamo`` when it decorates (over a second on a
+    CPU, more on a GPU machine), so every module using it made every command that imports it pay
+    for the compiler. Here nothing of dynamo is imported until a compiled region calls ``fn``;
+    outside one (``torch.compiler.is_compiling()`` is a flag read) ``fn`` is called directly."""
+    disabled = torch._disable_dynamo(fn)  # torch's own lazy form of torch._dynamo.disable
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            return disabled(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
 
 
 def has_grouped_mm() -> bool:

@@ -11,13 +11,13 @@ mixed with (``score-fasta --repeat-expert``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
 from biomoe.checkpoint.records import training_data_settings
-from biomoe.data.datamodule import GenomeDataModule
 from biomoe.data.registry import open_reader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
@@ -26,6 +26,10 @@ from biomoe.genomics.repeat_expert import (HELD_OUT_KEYS, RepeatExpert, RepeatTa
                                            score_batch)
 from biomoe.model.losses import LN2
 from biomoe.model.transformer import MoETransformer
+
+if TYPE_CHECKING:  # only a type here: importing the datamodule imports Lightning (seconds), which
+    # score-fasta --repeat-expert, a user of expert_for_checkpoint, never needs
+    from biomoe.data.datamodule import GenomeDataModule
 
 __all__ = ["LogProbs", "expert_for_checkpoint", "markov_log_probs", "model_log_probs", "score"]
 

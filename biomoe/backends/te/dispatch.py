@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from biomoe.compat.torch import eager_when_compiled
 from biomoe.model.moe.dispatch import DispatchResult, TokenDispatcher
 from biomoe.model.moe.router import RoutingResult
 from biomoe.backends.te.precision import active_alignment
@@ -34,7 +35,7 @@ class TEPermuteDispatcher(TokenDispatcher):
 
     name = "te_permute"
 
-    @torch.compiler.disable  # TE's permutation ops are not traceable; compiled blocks split here
+    @eager_when_compiled  # TE's permutation ops are not traceable; compiled blocks split here
     def dispatch(self, hidden: Tensor, routing: RoutingResult) -> DispatchResult:
         from transformer_engine.pytorch import (moe_permute_and_pad_with_probs,  # optional dependency
                                                 moe_permute_with_probs)
@@ -58,7 +59,7 @@ class TEPermuteDispatcher(TokenDispatcher):
         state["row_id_map"] = row_id_map
         return DispatchResult(rows, counts, probs, state)
 
-    @torch.compiler.disable
+    @eager_when_compiled
     def combine(self, expert_output: Tensor, dispatched: DispatchResult,
                 routing: RoutingResult, probs_applied: bool) -> Tensor:
         from transformer_engine.pytorch import moe_unpermute  # optional dependency

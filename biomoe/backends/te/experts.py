@@ -40,6 +40,7 @@ from biomoe.model.moe.experts import (Availability, ExpertBackend, ExpertBackend
                                       resolve_expert_backend, swiglu)
 from biomoe.backends.te.availability import TE_LIBRARY, DeviceInfo, device_info
 from biomoe.backends.te.precision import active_alignment, fp8_recipe_active
+from biomoe.compat.torch import eager_when_compiled
 from biomoe.compat.transformer_engine import (WEIGHT_TENSORS_HOOK, drop_parameters, forward_op_names, fusers,
                                                set_fuser_parameters)
 
@@ -147,7 +148,7 @@ class _TEBackendBase(ExpertBackend):
                  probs: Tensor | None) -> Tensor:
         raise NotImplementedError
 
-    @torch.compiler.disable  # TE modules (and their host-side splits) run eager inside compiled blocks
+    @eager_when_compiled  # TE modules (and their host-side splits) run eager inside compiled blocks
     def __call__(self, rows, tokens_per_expert, gate_up, down, probs=None):
         if not rows.is_cuda:
             raise RuntimeError(f"expert backend {self.name!r} needs CUDA tensors (got {rows.device}); "

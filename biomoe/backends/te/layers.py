@@ -10,7 +10,7 @@
   several documents run in TE's THD format (tokens of all rows end to end, ``cu_seqlens``
   offsets, ``padding_causal`` mask), so attention stays inside each document.
 
-Both TE calls run outside ``torch.compile``'s graphs (``torch.compiler.disable``): dynamo cannot
+Both TE calls run outside ``torch.compile``'s graphs (``eager_when_compiled``): dynamo cannot
 trace TE's Python-side dispatch, so compiled blocks are split around them instead of failing.
 """
 
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from biomoe.compat.torch import eager_when_compiled
 from biomoe.model.documents import DocumentLayout, masked_document_attention
 from biomoe.model.transformer import expand_kv_heads
 
@@ -39,7 +40,7 @@ class TERMSNorm(nn.RMSNorm):
             return super().forward(x)
         return self._te_forward(x)
 
-    @torch.compiler.disable
+    @eager_when_compiled
     def _te_forward(self, x: Tensor) -> Tensor:
         te_norm = self.__dict__.get("_te_norm")
         if te_norm is None or te_norm.weight is not self.weight:  # built on meta, or weight replaced
@@ -93,7 +94,7 @@ class TECoreAttention:
                 attention_dropout=0.0, qkv_format="thd", attn_mask_type="padding_causal")
         return self._thd
 
-    @torch.compiler.disable
+    @eager_when_compiled
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, documents: DocumentLayout | None = None) -> Tensor:
         """q [b, h, s, d], k/v [b, h_kv, s, d] → [b, s, h·d]; within each document of ``documents``."""
         b, _, s, _ = q.shape

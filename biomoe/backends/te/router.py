@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from biomoe.compat.torch import eager_when_compiled
 from biomoe.model.moe.router import RoutingResult, TopKRouter, expert_counts, router_z_loss
 
 
@@ -32,7 +33,7 @@ class TEFusedTopKRouter(TopKRouter):
             return super().forward(hidden)
         return self._fused_forward(flat)
 
-    @torch.compiler.disable
+    @eager_when_compiled
     def _fused_forward(self, flat: Tensor) -> RoutingResult:
         from transformer_engine.pytorch.router import (fused_compute_score_for_moe_aux_loss,  # optional dependency
                                                        fused_moe_aux_loss,
