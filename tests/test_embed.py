@@ -79,7 +79,10 @@ def test_per_position_embeddings_equal_the_models_hidden_states(files, model, ge
     np.testing.assert_array_equal(data["position"], np.r_[np.arange(150), np.arange(100)])
     expected = np.concatenate([direct_states(model, genome[name], None if layer == "final" else 1)
                                for name in ("one", "two")])
-    np.testing.assert_allclose(data["embeddings"], expected, rtol=1e-5, atol=1e-6)
+    # Equal up to fp32 rounding: the short last windows share a row, where the attention kernel
+    # blocks the tokens differently than for a window alone (a few ulps, grown over the blocks).
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(data["embeddings"], expected, rtol=1e-5, atol=1e-6 * scale)
 
 
 def test_pooled_rows_are_means_over_acgt_bases(files, model, genome, tmp_path):

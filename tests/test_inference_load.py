@@ -13,8 +13,8 @@ from biomoe.cli.main import main as cli_main
 from biomoe.data.registry import open_reader
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.errors import ConfigError
-from biomoe.inference.batching import Window, pack_windows, prefetch, run_batches
-from biomoe.inference.load import InferenceModel, load_for_inference, load_model
+from biomoe.inference.batching import Window, pack_windows, prefetch
+from biomoe.inference.load import load_for_inference, load_model
 from biomoe.inference.score_fasta import score_genome
 from biomoe.inference.scoring import sequence_log_likelihood
 from biomoe.model.config import ModelConfig
@@ -113,35 +113,9 @@ def test_batched_scoring_equals_window_by_window_scoring(trained, write_fasta):
     assert np.isnan(batched["b"][-4:]).all() and not np.isnan(batched["b"][:-4]).any()
 
 
-def test_padding_a_batch_changes_no_real_position(trained):
-    """Right-padding is safe for a causal model that routes each token on its own (the GPU path
-    mixes window lengths in one batch); only fp32 rounding may differ."""
-    model, _ = trained
-    seqs = [TOK.encode(random_dna(n, seed=n)) for n in (64, 17, 40, 64, 3)]
-    windows = [Window(i, s) for i, s in enumerate(seqs)]
-    padded = list(pack_windows(windows, batch_tokens=1 << 12))
-    assert len(padded) == 1 and padded[0].tokens.shape == (5, 64)
-    unpadded = list(pack_windows(windows, batch_tokens=1 << 12, mixed_lengths=False))
-    assert [b.tokens.shape[1] for b in unpadded] == [64, 17, 40, 64, 3]
-    results: dict[int, np.ndarray] = {}
-
-    def keep(batch, out):
-        for row, w in enumerate(batch.windows):
-            results.setdefault(w.key, []).append(out["ll"][row, :w.ids.size])
-
-    from biomoe.inference.scoring import log_likelihood_of
-
-    wrapped = InferenceModel.wrap(model)
-    for batches in (padded, unpadded):
-        run_batches(batches, torch.device("cpu"), lambda tokens, batch: {"ll": log_likelihood_of(wrapped, tokens)},
-                    keep)
-    for key, (with_padding, alone) in results.items():
-        np.testing.assert_allclose(with_padding, alone, rtol=1e-4, atol=1e-5)
-
-
 def test_token_budget_and_row_cap_bound_every_batch():
     windows = [Window(i, np.full(n, 3)) for i, n in enumerate([10, 10, 10, 4, 30, 10, 10])]
-    batches = list(pack_windows(windows, batch_tokens=32, max_rows=2))
+    batches = list(pack_windows(windows, batch_tokens=32, max_windows=2))
     assert [w.key for b in batches for w in b.windows] == list(range(7))  # order kept
     for b in batches:
         assert b.tokens.numel() <= 32 or len(b.windows) == 1

@@ -6,14 +6,20 @@ naively (one window, then a copy back, then the next) the GPU idles while Python
 tokenises and writes. Here the three stages overlap:
 
 1. a background thread reads and tokenises windows and packs them into pinned host batches of up
-   to ``batch_tokens`` tokens (:func:`pack_windows`, :func:`prefetch`);
+   to ``batch_tokens`` tokens (:func:`pack_windows`, :func:`prefetch`), with where each window
+   sits and the rows' document offsets worked out on the host;
 2. the main thread copies a batch to the device without blocking and queues its forward pass and
    the copy of its (small) results back into pinned memory;
 3. a batch's results are handed to the writer only once the device has finished it, while the next
    batches are already queued, so the host synchronises once per batch, a batch behind.
 
-Windows of different lengths share a batch, padded on the right: the network is causal and routes
-every token on its own (no capacity limit), so padding changes no real position's result.
+Short windows (short records, the last piece of a long one) share rows: several are packed end to
+end in one row, each read as a document of its own (``position_ids``, see
+:mod:`biomoe.model.documents`), so a genome of many short contigs costs its bases, not a padded
+row per contig. A row is padded on the right only up to the batch's widest row: the network routes
+every token on its own (no capacity limit), so neither packing nor padding changes any window's
+result beyond fp32 rounding. Engines read each window's values back with
+:meth:`WindowBatch.per_window` (or its row and offset).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from torch import Tensor
 from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import N_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
+from biomoe.model.documents import DocumentLayout, host_document_offsets
 from biomoe.resources import host_memory_bytes
 
 __all__ = ["DEFAULT_BATCH_TOKENS", "Window", "WindowBatch", "batches_for", "check_window_memory", "default_batch_tokens", "genome_windows", "pack_windows",
@@ -50,12 +57,11 @@ def default_batch_tokens(device: torch.device | str) -> int:
 
 
 def batches_for(windows: Iterable[Window[T]], device: torch.device, batch_tokens: int | None = None,
-                max_rows: int | None = None) -> Iterator[WindowBatch[T]]:
-    """:func:`pack_windows` read ahead in a background thread, as ``device`` wants them: pinned and
-    mixing window lengths on CUDA (bf16 rounding dwarfs padding's), unpadded on a CPU."""
-    cuda = device.type == "cuda"
-    return prefetch(pack_windows(windows, batch_tokens or default_batch_tokens(device), max_rows, pin=cuda,
-                                 mixed_lengths=cuda))
+                max_windows: int | None = None, row_tokens: int | None = None,
+                lead: int | None = None) -> Iterator[WindowBatch[T]]:
+    """:func:`pack_windows` read ahead in a background thread (pinned for a CUDA device)."""
+    return prefetch(pack_windows(windows, batch_tokens or default_batch_tokens(device), max_windows,
+                                 pin=device.type == "cuda", row_tokens=row_tokens, lead=lead))
 
 
 @dataclass(frozen=True)
@@ -68,50 +74,121 @@ class Window(Generic[T]):
 
 @dataclass
 class WindowBatch(Generic[T]):
-    """Windows stacked into one ``[rows, longest]`` int64 tensor (pinned on a CUDA run), right-padded
-    with N; ``lengths[i]`` is the real length of row i."""
+    """Windows packed into one ``[rows, width]`` int64 tensor (pinned on a CUDA run), padded with N.
+
+    Window ``i`` (in input order) is ``tokens[rows[i], offsets[i]:offsets[i] + lengths[i]]``, preceded
+    by the ``lead`` token when the batch was packed with one. ``position_ids`` is None when every
+    row holds one window from its start (plain causal rows); otherwise each window, and the padding
+    at a row's end, is a document of its own, and ``cu_seqlens``/``max_seqlen`` are its offsets for
+    the CUDA kernels, worked out on the host."""
 
     windows: list[Window[T]]
     tokens: Tensor
     lengths: np.ndarray
+    rows: np.ndarray
+    offsets: np.ndarray
+    position_ids: Tensor | None = None
+    cu_seqlens: Tensor | None = None
+    max_seqlen: int | None = None
+    gather: Tensor | None = None
+    """[windows, longest] int64 indices into the flattened rows (None: window i is row i from its start)."""
 
     @property
     def real_tokens(self) -> int:
         return int(self.lengths.sum())
 
+    def documents(self, device: torch.device) -> DocumentLayout | None:
+        """The rows' documents on ``device`` for the model's forward (None: plain rows)."""
+        if self.position_ids is None:
+            return None
+        cuda = device.type == "cuda"
+        positions = self.position_ids.to(device, non_blocking=cuda)
+        if not cuda:  # the CPU path masks; the offsets are for the CUDA kernels
+            return DocumentLayout.of(positions)
+        return DocumentLayout.of(positions, self.cu_seqlens.to(device, non_blocking=True), self.max_seqlen)
 
-def pack_windows(windows: Iterable[Window[T]], batch_tokens: int, max_rows: int | None = None,
-                 pin: bool = False, mixed_lengths: bool = True) -> Iterator[WindowBatch[T]]:
-    """Group consecutive windows into batches whose padded size ``rows x longest`` stays within
-    ``batch_tokens`` (a window longer than the budget is a batch of its own); ``max_rows`` caps the
-    rows. Order is kept, so writers see windows in input order.
+    def per_window(self, values: Tensor, fill: float) -> Tensor:
+        """``values`` [rows, width, ...] (on any device) → ``[windows, longest, ...]``: window i's
+        values from its first token, in input order. Past a window's end: ``fill`` in packed rows,
+        the row's padding (as scored) in plain ones."""
+        longest = int(self.lengths.max(initial=1))
+        if self.gather is None:  # window i is row i, after the lead token if there is one
+            start = int(self.offsets[0]) if self.offsets.size else 0
+            return values[:, start:start + longest]
+        index = self.gather.to(values.device, non_blocking=values.is_cuda)
+        flat = values.flatten(0, 1)
+        return torch.cat([flat, flat.new_full((1, *flat.shape[1:]), fill)])[index]
 
-    ``mixed_lengths=False`` starts a new batch whenever the window length changes, so no row is
-    padded: a CPU's fp32 kernels then give every window the very numbers it gets alone (padding
-    changes the blocking of the matmuls and attention, hence the last bits of rounding)."""
+
+def pack_windows(windows: Iterable[Window[T]], batch_tokens: int, max_windows: int | None = None,
+                 pin: bool = False, row_tokens: int | None = None, lead: int | None = None) -> Iterator[WindowBatch[T]]:
+    """Pack consecutive windows into batches whose ``rows x width`` stays within ``batch_tokens``
+    (a window longer than the budget is a batch of its own); ``max_windows`` caps the windows of a
+    batch. Order is kept: a batch's windows follow those of the one before, in input order.
+
+    Inside a batch a window goes to the first row with room for it (first fit), so short windows
+    fill rows of up to ``row_tokens`` tokens (None: the batch's longest window), and a long one
+    takes a row of its own. ``lead`` (a token id) is put before every window, for an engine whose
+    network reads ``<bos>`` + the window."""
+    extra = 0 if lead is None else 1
     pending: list[Window[T]] = []
-    longest = 0
+    placed: list[tuple[int, int]] = []  # (row, offset of the slot, lead included) per window
+    fills: list[int] = []
+    capacity = width = 0
 
     def emit() -> WindowBatch[T]:
         lengths = np.array([w.ids.size for w in pending], dtype=np.int64)
-        tokens = torch.full((len(pending), int(lengths.max(initial=1))), N_ID, dtype=torch.long,
-                            pin_memory=pin)
+        rows = np.array([r for r, _ in placed], dtype=np.int64)
+        offsets = np.array([o for _, o in placed], dtype=np.int64) + extra
+        tokens = torch.full((len(fills), max(width, 1)), N_ID, dtype=torch.long, pin_memory=pin)
         view = tokens.numpy()
-        for row, window in enumerate(pending):
-            view[row, :window.ids.size] = window.ids
-        return WindowBatch(list(pending), tokens, lengths)
+        for window, row, offset in zip(pending, rows, offsets):
+            view[row, offset:offset + window.ids.size] = window.ids
+            if lead is not None:
+                view[row, offset - 1] = lead
+        batch = WindowBatch(list(pending), tokens, lengths, rows, offsets)
+        if len(fills) == len(pending) and all(slot == 0 for _, slot in placed):
+            return batch  # one window per row, from its start: plain causal rows
+        positions = np.zeros(view.shape, dtype=np.int64)
+        for row, fill in enumerate(fills):  # the padding at a row's end counts as one more document
+            positions[row, fill:] = np.arange(view.shape[1] - fill)
+        for window, row, offset in zip(pending, rows, offsets):
+            positions[row, offset - extra:offset + window.ids.size] = np.arange(window.ids.size + extra)
+        cu_seqlens, batch.max_seqlen = host_document_offsets(positions)
+        batch.position_ids = _host_tensor(positions, pin)
+        batch.cu_seqlens = _host_tensor(cu_seqlens, pin)
+        steps = np.arange(int(lengths.max()))[None, :]
+        gather = (rows * view.shape[1] + offsets)[:, None] + steps
+        batch.gather = _host_tensor(np.where(steps < lengths[:, None], gather, view.size), pin)
+        return batch
 
     for window in windows:
-        grown = max(longest, int(window.ids.size))
-        if pending and (grown * (len(pending) + 1) > batch_tokens or (max_rows and len(pending) >= max_rows)
-                        or (not mixed_lengths and window.ids.size != pending[-1].ids.size)):
+        need = int(window.ids.size) + extra
+        grown = max(capacity, need, row_tokens or 0)
+        row = next((r for r, fill in enumerate(fills) if fill + need <= grown), len(fills))
+        fill = fills[row] if row < len(fills) else 0
+        cost = max(width, fill + need) * (len(fills) + (row == len(fills)))
+        if pending and (cost > batch_tokens or (max_windows and len(pending) >= max_windows)):
             yield emit()
             pending.clear()
-            grown = int(window.ids.size)
+            placed.clear()
+            fills.clear()
+            capacity = width = 0
+            grown, row, fill = max(need, row_tokens or 0), 0, 0
+        if row == len(fills):
+            fills.append(0)
         pending.append(window)
-        longest = grown
+        placed.append((row, fill))
+        fills[row] = fill + need
+        capacity, width = grown, max(width, fill + need)
     if pending:
         yield emit()
+
+
+def _host_tensor(array: np.ndarray, pin: bool) -> Tensor:
+    """A host tensor of ``array``, pinned for an asynchronous copy to a CUDA device."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    return tensor.pin_memory() if pin else tensor
 
 
 _DONE = object()

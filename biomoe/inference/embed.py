@@ -14,9 +14,10 @@ Pooling:
 * ``window``: one row per ``pool_size``-base bin of each contig (the last one may be shorter),
   the mean over its A/C/G/T bases. A row with no such base is NaN.
 
-Windows of all contigs share batched forward passes; pooling is done on the device, and rows are
-written straight into the caller's array (a memory-mapped file, for long genomes), so memory stays
-bounded.
+Windows of all contigs share batched forward passes, and short ones (short contigs, the last
+piece of a long one) share rows, each read as a document of its own with the very embeddings it
+gets alone; pooling is done on the device, and rows are written straight into the caller's array
+(a memory-mapped file, for long genomes), so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from biomoe.data.reader import SequenceReader
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.inference.batching import Window, WindowBatch, batches_for, genome_windows, run_batches
 from biomoe.inference.load import InferenceModel
+from biomoe.model.documents import DocumentLayout
 from biomoe.model.transformer import MoETransformer
 
 __all__ = ["POOLS", "EmbeddingLayout", "embed_genome", "hidden_states", "parse_layer"]
@@ -56,11 +58,12 @@ def parse_layer(text: str | int, num_layers: int) -> int | None:
 
 
 @torch.no_grad()
-def hidden_states(model: MoETransformer, input_ids: Tensor, layer: int | None = None) -> Tensor:
-    """Hidden states [b, s, hidden] of ``input_ids``: the final norm's output (``layer=None``) or
-    the residual stream after block ``layer``."""
+def hidden_states(model: MoETransformer, input_ids: Tensor, layer: int | None = None,
+                  documents: DocumentLayout | None = None) -> Tensor:
+    """Hidden states [b, s, hidden] of ``input_ids`` (rows packed with ``documents``, if given):
+    the final norm's output (``layer=None``) or the residual stream after block ``layer``."""
     if layer is None:
-        return model(input_ids, return_logits=False).hidden
+        return model(input_ids, return_logits=False, documents=documents).hidden
     captured: list[Tensor] = []
 
     def capture(module, inputs, output):
@@ -69,7 +72,7 @@ def hidden_states(model: MoETransformer, input_ids: Tensor, layer: int | None = 
 
     handle = model.blocks[layer].register_forward_hook(capture)
     try:
-        model(input_ids, return_logits=False)
+        model(input_ids, return_logits=False, documents=documents)
     except _StopForward:
         pass
     finally:
@@ -167,49 +170,68 @@ def _pinned_to(array: np.ndarray, device: torch.device) -> Tensor:
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
+def _bin_sums(tokens: Tensor, states: Tensor, batch: WindowBatch, layout: EmbeddingLayout,
+              device: torch.device) -> dict[str, Tensor]:
+    """Per window, the sums and counts of the A/C/G/T bases' states in each of its bins (the first
+    being the bin of its first base): ``sums`` [windows, bins, hidden] fp32, ``counts`` [windows, bins].
+
+    Every token of the packed rows is added into one slot (window, bin); lead tokens and padding
+    go to a spare slot that is dropped (they are not A/C/G/T, so they weigh nothing anyway)."""
+    rows, width = tokens.shape
+    starts = np.array([w.key[1] for w in batch.windows], dtype=np.int64)
+    sizes = np.array([layout.bin_size(w.key[0]) for w in batch.windows], dtype=np.int64)
+    steps = np.arange(int(batch.lengths.max()))[None, :]
+    local = (starts[:, None] + steps) // sizes[:, None] - (starts // sizes)[:, None]  # bin, from the window's first
+    local = np.where(steps < batch.lengths[:, None], local, 0)
+    bins = int(local.max()) + 1
+    spare = len(batch.windows) * bins
+    slot = np.full(rows * width, spare, dtype=np.int64)
+    for i, (row, offset, size) in enumerate(zip(batch.rows, batch.offsets, batch.lengths)):
+        first = row * width + offset
+        slot[first:first + size] = i * bins + local[i, :size]
+    flat = _pinned_to(slot, device)
+    weight = NucleotideTokenizer.unambiguous_mask(tokens).reshape(-1)
+    values = torch.where(weight[:, None], states.reshape(rows * width, -1).float(), 0.0)
+    sums = torch.zeros(spare + 1, states.shape[-1], dtype=torch.float32, device=device).index_add_(0, flat, values)
+    counts = torch.zeros(spare + 1, dtype=torch.int64, device=device).index_add_(0, flat, weight.long())
+    return {"sums": sums[:spare].view(len(batch.windows), bins, -1),
+            "counts": counts[:spare].view(len(batch.windows), bins)}
+
+
 def embed_genome(model: InferenceModel | MoETransformer, genome: SequenceReader, out: np.ndarray,
                  layout: EmbeddingLayout, layer: int | None = None, window: int = 1024,
                  batch_size: int | None = None, progress=None, batch_tokens: int | None = None) -> np.ndarray:
     """Fill ``out`` [rows of ``layout``, hidden] with embeddings; returns the A/C/G/T count per row.
 
-    Windows of all contigs share forward passes of up to ``batch_tokens`` tokens (``batch_size``
-    caps the windows per pass). Pooling happens on the device: only per-bin sums and counts (or,
-    for ``position``, the rows themselves, already in ``out``'s dtype) come back to the host."""
+    Windows of all contigs share forward passes of up to ``batch_tokens`` tokens, short ones packed
+    into rows of ``window`` + 1 tokens (``batch_size`` caps the windows per pass). Pooling happens
+    on the device: only per-bin sums and counts (or, for ``position``, the rows themselves, already
+    in ``out``'s dtype) come back to the host."""
     model = InferenceModel.wrap(model)
     device = model.device
     writer = _RowWriter(layout, out, layout.first_rows())
     contig_index = {name: i for i, name in enumerate(layout.names)}
     out_dtype = torch.from_numpy(np.zeros(0, dtype=out.dtype)).dtype
     windows = (Window((contig_index[w.key[0]], w.key[1]), w.ids) for w in genome_windows(genome, window))
-    batches = batches_for(windows, device, batch_tokens, batch_size)
+    # The network reads <bos> + the window: the lead token of every window's slot in a row.
+    batches = batches_for(windows, device, batch_tokens, batch_size, row_tokens=window + 1, lead=BOS_ID)
 
     def compute(tokens: Tensor, batch: WindowBatch) -> dict[str, Tensor]:
-        inputs = torch.cat([torch.full_like(tokens[:, :1], BOS_ID), tokens], dim=1)
         with model.running():
-            states = hidden_states(model.module, inputs, layer)[:, 1:]
-        if layout.pool == "position":
+            states = hidden_states(model.module, tokens, layer, batch.documents(device))
+        if layout.pool == "position":  # packed as they are: the host takes each window's slice
             return {"states": states.to(out_dtype)}
-        rows, length = tokens.shape
-        starts = np.array([w.key[1] for w in batch.windows], dtype=np.int64)
-        sizes = np.array([layout.bin_size(w.key[0]) for w in batch.windows], dtype=np.int64)
-        positions = starts[:, None] + np.arange(length)[None, :]
-        local = positions // sizes[:, None] - (starts // sizes)[:, None]  # bin of each base, from the window's first
-        bins = int(local.max()) + 1
-        flat = _pinned_to((local + np.arange(rows)[:, None] * bins).reshape(-1), device)
-        weight = NucleotideTokenizer.unambiguous_mask(tokens).reshape(-1)
-        values = torch.where(weight[:, None], states.reshape(rows * length, -1).float(), 0.0)
-        sums = torch.zeros(rows * bins, states.shape[-1], dtype=torch.float32, device=device).index_add_(0, flat, values)
-        counts = torch.zeros(rows * bins, dtype=torch.int64, device=device).index_add_(0, flat, weight.long())
-        return {"sums": sums.view(rows, bins, -1), "counts": counts.view(rows, bins)}
+        return _bin_sums(tokens, states, batch, layout, device)
 
     def place(batch: WindowBatch, result: dict[str, np.ndarray]) -> None:
-        for row, window_ in enumerate(batch.windows):
+        for i, window_ in enumerate(batch.windows):
             contig, start = window_.key
             size = window_.ids.size
             if layout.pool == "position":
-                writer.add_positions(contig, start, result["states"][row, :size], window_.ids)
+                row, offset = batch.rows[i], batch.offsets[i]
+                writer.add_positions(contig, start, result["states"][row, offset:offset + size], window_.ids)
             else:
-                writer.add_sums(contig, start, start + size, result["sums"][row], result["counts"][row])
+                writer.add_sums(contig, start, start + size, result["sums"][i], result["counts"][i])
         if progress is not None:
             progress.update(batch.real_tokens)
 

@@ -2,7 +2,9 @@
 
 Long contigs are scored in consecutive windows (the training length, typically); like in
 training, each window starts with a fresh context, so the first bases of a window are predicted
-with little context. Scores are natural-log probabilities, NaN at bases that are not A/C/G/T.
+with little context. Contigs shorter than a window, and the last pieces of long ones, share rows
+of a window's length (each read from its own start, as if alone), so many short records cost
+their bases rather than a padded window each. Scores are natural-log probabilities, NaN at bases that are not A/C/G/T.
 A mixer (the repeat expert, :class:`~biomoe.genomics.repeat_expert.RepeatExpert`) may turn the
 network's scores of each window into those of a mixture; mixing stays causal within the window.
 """
@@ -38,8 +40,8 @@ def score_genome(model: InferenceModel | MoETransformer, genome: SequenceReader,
                  batch_tokens: int | None = None) -> dict[str, np.ndarray]:
     """Per-base log-likelihood (nats) for every contig, window by window; with ``repeat``, of the
     network mixed with that repeat expert. Windows of all contigs (and files) share forward passes
-    of up to ``batch_tokens`` tokens (``batch_size`` caps the windows per pass); ``progress``
-    (tqdm-like) advances by the bases scored."""
+    of up to ``batch_tokens`` tokens, short ones packed into rows of ``window`` tokens
+    (``batch_size`` caps the windows per pass); ``progress`` (tqdm-like) advances by the bases scored."""
     result = {info.name: np.full(info.length, np.nan, dtype=np.float32) for info in genome.contigs}
 
     def place(batch: WindowBatch, ll: np.ndarray) -> None:
@@ -50,7 +52,8 @@ def score_genome(model: InferenceModel | MoETransformer, genome: SequenceReader,
                 scores = repeat.mix(scores, window_.ids)
             result[name][start:start + window_.ids.size] = scores
 
-    run_log_likelihood(model, genome_windows(genome, window), place, batch_tokens, batch_size, progress=progress)
+    run_log_likelihood(model, genome_windows(genome, window), place, batch_tokens, batch_size, progress=progress,
+                       row_tokens=window)
     return result
 
 

@@ -2,7 +2,8 @@
 
 Inputs are ``[BOS] + bases[:-1]`` exactly as in training, so position t is conditioned on the
 bases before it in the same window. Non-ACGT positions get NaN: they are never scored (the
-training loss masks them too), and neither is the N padding of a batch.
+training loss masks them too), and neither is the N padding of a batch. Short windows share rows
+as documents of their own (:mod:`biomoe.inference.batching`) and score as they do alone.
 """
 
 from __future__ import annotations
@@ -16,32 +17,37 @@ from torch import Tensor
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.inference.batching import Window, WindowBatch, batches_for, run_batches
 from biomoe.inference.load import InferenceModel
+from biomoe.model.documents import DocumentLayout
 from biomoe.model.losses import per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
 
 __all__ = ["log_likelihood_of", "run_log_likelihood", "sequence_log_likelihood"]
 
 
-def log_likelihood_of(model: InferenceModel, labels: Tensor) -> Tensor:
-    """log p(base | preceding bases of the row) in nats, fp32 ``[rows, length]``, NaN where the
-    base is not A/C/G/T."""
+def log_likelihood_of(model: InferenceModel, labels: Tensor, documents: DocumentLayout | None = None) -> Tensor:
+    """log p(base | preceding bases of its row, or of its document in packed rows) in nats, fp32
+    ``[rows, length]``, NaN where the base is not A/C/G/T."""
     inputs = torch.cat([torch.full_like(labels[:, :1], BOS_ID), labels[:, :-1]], dim=1)
-    logll = per_position_log_likelihood(model(inputs).logits, labels)
+    if documents is not None:  # every document starts from <bos>, as a row does
+        inputs = torch.where(documents.position_ids == 0, BOS_ID, inputs)
+    logll = per_position_log_likelihood(model(inputs, documents=documents).logits, labels)
     return torch.where(NucleotideTokenizer.unambiguous_mask(labels), logll, torch.full_like(logll, float("nan")))
 
 
 def run_log_likelihood(model: InferenceModel | MoETransformer, windows: Iterable[Window],
                        consume: Callable[[WindowBatch, np.ndarray], object], batch_tokens: int | None = None,
-                       max_rows: int | None = None, reduce: Callable[[Tensor], Mapping[str, Tensor]] | None = None,
-                       progress=None) -> None:
-    """Score ``windows`` in batches of up to ``batch_tokens`` tokens; ``consume(batch, ll)`` gets
-    each batch's ``[rows, longest]`` per-base scores (or, with ``reduce``, what it makes of them on
-    the device, e.g. per-row sums) in input order. ``progress`` advances by the bases scored."""
+                       max_windows: int | None = None, reduce: Callable[[Tensor], Mapping[str, Tensor]] | None = None,
+                       progress=None, row_tokens: int | None = None) -> None:
+    """Score ``windows`` in batches of up to ``batch_tokens`` tokens (short windows packed into
+    rows of up to ``row_tokens``); ``consume(batch, ll)`` gets each batch's per-base scores as
+    ``[windows, longest]``, row i being ``batch.windows[i]`` from its first base (or, with
+    ``reduce``, what it makes of that on the device, e.g. per-window sums), in input order.
+    ``progress`` advances by the bases scored."""
     model = InferenceModel.wrap(model)
-    batches = batches_for(windows, model.device, batch_tokens, max_rows)
+    batches = batches_for(windows, model.device, batch_tokens, max_windows, row_tokens)
 
     def compute(tokens: Tensor, batch: WindowBatch) -> Mapping[str, Tensor]:
-        ll = log_likelihood_of(model, tokens)
+        ll = batch.per_window(log_likelihood_of(model, tokens, batch.documents(model.device)), float("nan"))
         return reduce(ll) if reduce is not None else {"ll": ll}
 
     def finish(batch: WindowBatch, out: dict[str, np.ndarray]) -> None:
