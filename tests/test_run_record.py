@@ -51,7 +51,7 @@ def test_a_failed_start_leaves_the_previous_run_unchanged(tmp_path: Path, capsys
     # Data that cannot be used is found at setup, before the run writes its config.
     short = tmp_path / "short.fa"
     short.write_text(">s\nACGTACGT\n")
-    assert _fit(tmp_path, fasta=short) != 0
+    assert _fit(tmp_path, "--data.packing", "false", fasta=short) != 0  # packed, 8 bases would train
     assert "shorter than seq_length" in _last_error(capsys.readouterr().err)
     assert _record(run) == before
 
