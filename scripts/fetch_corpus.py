@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     for split in ("train", "heldout-strain", "heldout-species"):
         print(f"  {split:<16} {split_files[split]:>3} files {split_bases[split] / 1e6:8.1f} Mb")
     print(f"wrote {args.splits}")
+    print("to train from a prepared store: make data-store (docs/corpus.md)")
     return 0
 
 

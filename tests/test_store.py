@@ -155,7 +155,8 @@ def test_each_shard_is_hashed_once_per_file_state(store, cache_dir, monkeypatch)
     monkeypatch.setattr(store_module, "sha256_file", lambda path: hashed.append(path) or real(path))
     StoreReader(store, cache_dir=cache_dir)
     StoreReader(store, cache_dir=cache_dir)
-    assert sorted(hashed) == sorted(set(hashed)) and len(hashed) == len(json.loads((store / MANIFEST).read_text())["shards"])
+    shards = json.loads((store / MANIFEST).read_text())["shards"]
+    assert sorted(hashed) == sorted(set(hashed)) and len(hashed) == len(shards)  # each once, not again
     shard = store / "shard-00001.2bit"
     os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))  # touched: checked again
     StoreReader(store, cache_dir=cache_dir)
@@ -304,5 +305,6 @@ def test_fit_steps_from_a_store_equal_those_from_its_fasta(inputs, store, cache_
     initial = _tiny_module()
     initial.configure_model()  # the network is built when training starts
     start = initial.state_dict()
-    assert start.keys() == from_fasta.keys() and any(not torch.equal(start[k], from_fasta[k]) for k in start)  # training changed the weights
+    assert start.keys() == from_fasta.keys()
+    assert any(not torch.equal(start[k], from_fasta[k]) for k in start)  # training changed the weights
     assert all(torch.equal(from_fasta[k], from_store[k]) for k in from_fasta)

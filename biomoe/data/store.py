@@ -98,7 +98,8 @@ def verify_shards(folder: Path, shards: Sequence[dict[str, Any]], cache_dir: Pat
             raise GenomeInputError(path, "store shard is missing")
         if path.stat().st_size != int(shard["bytes"]):
             raise GenomeInputError(path, f"store shard is {path.stat().st_size:,} bytes, the manifest says "
-                                         f"{int(shard['bytes']):,}: it is damaged or was changed; prepare the store again")
+                                         f"{int(shard['bytes']):,}: it is damaged or was changed; "
+                                         "prepare the store again")
         marker = _verified_marker(cache, path, str(shard["sha256"]))
         if marker.is_file():
             continue

@@ -165,6 +165,8 @@ def prepare_store(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLi
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         return _existing(out, signature, options)
     protect_inputs(paths)
+    size = sum(p.stat().st_size for p in paths)
+    say(f"checking {len(paths)} FASTA file{'s' if len(paths) != 1 else ''} ({size:,} bytes)")
     genome = Genome(paths, cache_dir=cache_dir)  # validated as training validates it
     return _build(genome, found, out, signature, options, shard_bases, say)
 
