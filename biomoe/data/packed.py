@@ -99,7 +99,7 @@ class PackedGenomeDataset(SeededRows):
             warnings.warn(
                 f"{self.split}: dropped {dropped:,} record piece(s) with no A/C/G/T or more than "
                 f"{self.max_n_fraction:.0%} N/ambiguous bases ({int((ends - starts)[~keep].sum()):,} bp)",
-                stacklevel=4,
+                stacklevel=3,  # the datamodule (or whoever built the dataset)
             )
         if not keep.any():
             why = (f"all {starts.size:,} pieces have no A/C/G/T or more than {self.max_n_fraction:.0%} "
