@@ -3,8 +3,9 @@
 Pre-norm blocks (RMSNorm), causal self-attention with rotary embeddings and grouped-query
 attention through ``F.scaled_dot_product_attention``, and a SwiGLU MLP that is either dense or a
 mixture of experts. A row may hold several documents (``position_ids``, see
-:mod:`biomoe.model.documents`): attention then stays inside each document. The model knows nothing about Lightning, precision recipes or parallelism;
-those are applied from outside (torchtitan style).
+:mod:`biomoe.model.documents`): attention then stays inside each document. The model knows
+nothing about Lightning, precision recipes or parallelism; those are applied from outside
+(torchtitan style).
 """
 
 from __future__ import annotations
