@@ -12,8 +12,14 @@ takes the run folder (``runs/genome`` or one ``version_N`` in it), and validate/
 2. else the newest file named ``best*`` (a best checkpoint whose callback state was stripped);
 3. else the newest ``last*.ckpt``, then the newest checkpoint of any name.
 
+Only comparable runs compete: a run folder collects every run started with the same recipe, and a
+best ``val/bits_per_base`` on one genome says nothing against one on another. The choice is made
+among the checkpoints validated on the same data (FASTA files, held-out contigs, files or fraction,
+window length) as the newest ``last*.ckpt`` (else the newest checkpoint): the run the user ran
+last. Checkpoints that do not record their data (distributed ones) are kept.
+
 ``--ckpt_path last`` is the newest ``last*.ckpt``. The choice is printed as one line on stderr, so a
-user always knows which weights were used.
+user always knows which weights were used (and how many checkpoints of other runs were left out).
 """
 
 from __future__ import annotations
@@ -27,10 +33,41 @@ from typing import Any
 from biomoe.checkpoint.read import read_checkpoint_or_none
 from biomoe.errors import GenomeInputError
 
-__all__ = ["best_recorded", "checkpoints_under", "choose_checkpoint", "is_distributed_checkpoint", "resolve_checkpoint",
-           "say_on_stderr"]
+__all__ = ["best_recorded", "checkpoints_under", "choose_checkpoint", "comparable", "is_distributed_checkpoint",
+           "resolve_checkpoint", "say_on_stderr", "validation_data"]
 
 MONITOR = "val/bits_per_base"
+
+VALIDATION_KEYS = ("fasta", "val_files", "val_contigs", "val_fraction", "seq_length")
+"""The data settings that decide which held-out bases a run's validation scored."""
+
+
+def validation_data(ckpt: Path) -> tuple | None:
+    """What a checkpoint's validation scored (:data:`VALIDATION_KEYS` of its recorded data
+    settings), or None when it records none (distributed checkpoints, weights-only files)."""
+    if ckpt.is_dir():
+        return None
+    state = read_checkpoint_or_none(ckpt)
+    data = state.get("datamodule_hyper_parameters") if state is not None else None
+    if not isinstance(data, dict):
+        return None
+
+    def plain(value: Any) -> Any:
+        return tuple(plain(v) for v in value) if isinstance(value, (list, tuple)) else value
+    return tuple(plain(data.get(key)) for key in VALIDATION_KEYS)
+
+
+def comparable(candidates: list[Path]) -> tuple[list[Path], int]:
+    """The candidates (oldest first) validated on the same data as the newest ``last*.ckpt`` (else
+    the newest candidate), with those that record none; and how many were left out."""
+    if not candidates:
+        return [], 0
+    lasts = [c for c in candidates if c.name.startswith("last")]
+    reference = validation_data((lasts or candidates)[-1])
+    if reference is None:
+        return candidates, 0
+    kept = [c for c in candidates if validation_data(c) in (None, reference)]
+    return kept, len(candidates) - len(kept)
 
 
 def is_distributed_checkpoint(path: Path) -> bool:
@@ -74,7 +111,17 @@ def best_recorded(ckpt: Path) -> tuple[str, float | None, str] | None:
 
 
 def choose_checkpoint(candidates: list[Path]) -> tuple[Path, str]:
-    """The checkpoint among ``candidates`` (sorted oldest first) that the module's rule picks, and why."""
+    """The checkpoint among ``candidates`` (sorted oldest first) that the module's rule picks, and why;
+    only checkpoints comparable with the newest run's compete (:func:`comparable`)."""
+    candidates, left_out = comparable(candidates)
+    chosen, why = _choose(candidates)
+    if left_out:
+        why += (f"; {left_out} checkpoint{'s' if left_out > 1 else ''} of runs validated on other data "
+                "left out")
+    return chosen, why
+
+
+def _choose(candidates: list[Path]) -> tuple[Path, str]:
     lasts = [c for c in candidates if c.name.startswith("last")]
     newest_first = list(reversed(lasts)) + [c for c in reversed(candidates) if c not in lasts]
     resolved = {c.resolve(): c for c in candidates}

@@ -40,12 +40,15 @@ from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ConfigError, ModelConfig, check_expert_parallel
 from biomoe.training import run_setup
-from biomoe.training.history import install_metrics_history
+from biomoe.training.history import RunRecord, install_metrics_history, install_run_record
+from biomoe.training.memory_estimate import check_training_memory
 from biomoe.training.markov_baseline import MarkovBaseline
 from biomoe.training.module import BioMoEModule
 from biomoe.training.prediction_writer import WindowScoreWriter
 from biomoe.training.preemption import SaveOnSigterm
 from biomoe.training.progress_lines import ProgressLines
+from biomoe.training.run_folders import follow_root_dir, options_given, remove_unstarted_run_folder
+from biomoe.training.run_identity import checkpoint_identity, differences, run_identity
 from biomoe.training.summary import fit_summary
 from biomoe.training.validation import validate_config
 
@@ -111,15 +114,20 @@ class BioMoECLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         """Keep the command line: settings given there win over a checkpoint's (see
-        :meth:`_apply_checkpoint_data`), settings from a ``--config`` file do not."""
+        :meth:`_apply_checkpoint_data`), settings from a ``--config`` file do not. A
+        ``--trainer.default_root_dir`` given there moves the whole run (:func:`follow_root_dir`)."""
         self._argv = list(sys.argv[1:] if args is None else args)
         super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        if subcommand:
+            follow_root_dir(self.config[subcommand], options_given(self._argv))
 
     def instantiate_classes(self) -> None:
         """Before anything is built: a missing logger package as one line, Lightning's start-up tips
         silenced, and TF32 matrix products on GPUs with tensor cores."""
         trainer = self.config[self.subcommand].get("trainer") or {}
         run_setup.check_logger_packages(trainer.get("logger"))
+        run_setup.check_accelerator(trainer.get("accelerator"))
         run_setup.quiet_lightning_tips()
         run_setup.set_matmul_precision(trainer.get("accelerator"))
         super().instantiate_classes()
@@ -135,11 +143,28 @@ class BioMoECLI(LightningCLI):
         if not any(isinstance(cb, ProgressLines) for cb in trainer.callbacks):
             trainer.callbacks.append(ProgressLines())  # prints only where no progress bar runs
         if not any(isinstance(cb, SaveOnSigterm) for cb in trainer.callbacks):
-            trainer.callbacks.append(SaveOnSigterm())  # a scheduler's SIGTERM leaves a resumable last.ckpt
+            # a scheduler's SIGTERM leaves a resumable last.ckpt; Ctrl-C says what was saved
+            trainer.callbacks.append(SaveOnSigterm(command=getattr(self, "_argv", None)))
         run_setup.install_per_genome_metrics(trainer)
         install_metrics_history(trainer)
+        install_run_record(trainer)
         run_setup.install_progress_bar(trainer, configured)
+        run_setup.install_model_summary(trainer, configured)
         return trainer
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Lightning's, and a run that never started leaves no folder behind: a start that fails
+        (a precision this machine lacks, data that cannot be used) removes the version folder it
+        created, so ``runs/`` lists only runs that ran (:func:`remove_unstarted_run_folder`)."""
+        log_dir = self.trainer.log_dir if self.trainer.is_global_zero else None
+        created = log_dir is not None and not os.path.exists(log_dir)
+        try:
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            record = next((cb for cb in self.trainer.callbacks if isinstance(cb, RunRecord)), None)
+            if created and (record is None or not record.started):
+                remove_unstarted_run_folder(log_dir)
+            raise
 
     def _resolve_run_folder(self) -> None:
         """validate/test/predict ``--ckpt_path runs/x``: the run folder's best checkpoint
@@ -199,6 +224,7 @@ class BioMoECLI(LightningCLI):
         self._check_vocab()
         self._check_parallel()
         self._check_ckpt_folder()
+        check_training_memory(self.model, self.datamodule, self.trainer)
 
     def _check_inputs(self) -> None:
         """validate/test/predict read the held-out split: refuse to run without one (rather than
@@ -336,12 +362,27 @@ class BioMoECLI(LightningCLI):
         """``fit --ckpt_path last``. Lightning looks only in the new run's own checkpoint folder,
         which a new version folder leaves empty, and then trains from the start. Here it is the
         newest ``last*.ckpt`` of the whole run folder, so one command serves a job's first start
-        and every restart after a SIGTERM; with none yet, training starts from step 0 and says so."""
+        and every restart after a SIGTERM; with none yet, training starts from step 0 and says so.
+
+        The newest ``last*.ckpt`` there may be another run's (an earlier experiment in the same
+        folder): it is resumed only when it records the same run, i.e. the same data sources, model
+        and precision settings as this command (:func:`biomoe.training.run_identity.differences`);
+        otherwise one line names what differs and nothing starts."""
         folders = self._run_folders()
-        chosen = resolve_checkpoint_alias("last", folders, missing_ok=True)
+        chosen = resolve_checkpoint_alias("last", folders, missing_ok=True, announce=None)
+        shown = ", ".join(dict.fromkeys(folders))
         if chosen is None:
-            print(f"biomoe: warning: ckpt_path 'last': no last*.ckpt under {', '.join(dict.fromkeys(folders))} "
-                  "yet; training from the start", file=sys.stderr)
+            print(f"biomoe: ckpt_path 'last': no last*.ckpt under {shown} yet; training from the start "
+                  "(step 0)", file=sys.stderr)
+            return None
+        differ = differences(run_identity(self.config["fit"]), checkpoint_identity(read_checkpoint(chosen)))
+        if differ:
+            raise GenomeInputError(chosen, f"ckpt_path 'last': the newest last checkpoint under {shown} is another "
+                                   f"run's ({'; '.join(differ)}); resume it with its own settings, pass "
+                                   "--ckpt_path with a checkpoint of this run, or start this run in a folder of "
+                                   "its own with --trainer.default_root_dir")
+        print(f"biomoe: ckpt_path 'last': using {chosen} (the newest last*.ckpt under {shown}; same data, "
+              "model and precision as this command)", file=sys.stderr)
         return chosen
 
     def _verify_ckpt(self, path: str) -> None:
@@ -418,11 +459,11 @@ def run_lightning_cli(args: list[str] | None = None, cli_class: type[BioMoECLI] 
     # Option help comes from the docstrings under each config dataclass field (``fit --help``,
     # ``--model.config.help ModelConfig``); jsonargparse reads those only when asked to.
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    if args and args[0] in ("validate", "test", "predict"):
-        # These load a checkpoint into a trainer whose checkpoint folder is not the one it was
-        # trained in, and never save: ModelCheckpoint's note that it will not track the old best
-        # score is about a fit that does not happen.
-        warnings.filterwarnings("ignore", message=r".*dirpath has changed from")
+    # Every command that loads a checkpoint does so into a trainer whose checkpoint folder is not
+    # the one it was written in (a resumed fit writes into a new version folder): ModelCheckpoint's
+    # note that it will not track the old top-k files is about Lightning's bookkeeping, not the run
+    # (the best checkpoint is still found, and a resumed run's record is kept by RunRecord).
+    warnings.filterwarnings("ignore", message=r".*dirpath has changed from")
     return (cli_class or BioMoECLI)(
         BioMoEModule,
         GenomeDataModule,

@@ -9,6 +9,12 @@ reading, half-written if the process died at that moment. Here the file is writt
 ``fit`` writes it when training starts, not at setup: by then the model is built, the data read
 and any ``--ckpt_path`` restored, so a run that cannot start (a checkpoint of another model, a
 genome that does not fit) leaves the previous run's record as it was.
+
+A run never changes an earlier run's files. Without a logger the log dir is the run folder itself,
+so a second ``fit`` there would replace the first run's ``config.yaml`` (and then its checkpoints):
+it stops in one line instead, before its first step. A ``fit`` that resumes a checkpoint inside
+that folder is the same run and keeps the ``config.yaml`` it started with; ``validate``/``test``/
+``predict`` never replace one.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 
 from biomoe import files
+from biomoe.errors import GenomeInputError
 
 __all__ = ["AtomicSaveConfigCallback"]
 
@@ -41,9 +48,22 @@ class AtomicSaveConfigCallback(SaveConfigCallback):
             assert log_dir is not None
             config_path = os.path.join(log_dir, self.config_filename)
             files.check_not_input(config_path)
-            if not self.overwrite and trainer.is_global_zero and os.path.isfile(config_path):
-                raise RuntimeError(f"{config_path} exists; refusing to overwrite the config of a previous run")
-            if trainer.is_global_zero:
+            earlier = os.path.isfile(config_path)
+            if earlier and stage == "fit" and not _resumes_from(trainer, log_dir):
+                raise GenomeInputError(log_dir, "holds an earlier run (its config.yaml), which a new run never "
+                                                "changes; give this run another --trainer.default_root_dir, keep a "
+                                                "logger (a new version folder per run), or resume that run with "
+                                                "--ckpt_path last")
+            if trainer.is_global_zero and not earlier:
                 files.write_text(config_path, self.parser.dump(self.config, skip_none=False))
             self.save_to_log_dir = False  # written: the parent only runs the save_config hook now
         super().setup(trainer, pl_module, stage)
+
+
+def _resumes_from(trainer: Trainer, folder: str) -> bool:
+    """Whether this fit resumes a checkpoint inside ``folder`` (it continues that run)."""
+    ckpt = trainer.ckpt_path
+    if not isinstance(ckpt, str) or not os.path.exists(ckpt):
+        return False
+    inside = os.path.realpath(ckpt)
+    return os.path.commonpath([inside, os.path.realpath(folder)]) == os.path.realpath(folder)

@@ -1,4 +1,4 @@
-"""A resumable checkpoint when a scheduler stops ``fit`` with SIGTERM.
+"""A resumable checkpoint when a scheduler stops ``fit`` with SIGTERM, and one honest line on Ctrl-C.
 
 Cluster schedulers (SLURM, Kubernetes, batch queues) send SIGTERM some seconds before they kill a
 job. Lightning already turns that signal into a :class:`~lightning.pytorch.utilities.exceptions.SIGTERMException`
@@ -7,6 +7,10 @@ ends with exit status 0, so the job looks finished and there is nothing to resum
 saves ``last.ckpt`` where the run's :class:`~lightning.pytorch.callbacks.ModelCheckpoint` keeps its
 files, says in one line how to resume, and :func:`biomoe.cli.main.main` exits with 143 (128 +
 SIGTERM), the status a shell gives a process stopped by that signal.
+
+Ctrl-C saves nothing (the user chose to stop now), but its closing line says what of the run is on
+disk: the newest checkpoint this run wrote (or resumed from) and its step, with the exact command
+that resumes it, or that nothing of the run was saved, so no one resumes a checkpoint of another run.
 
 SLURM's own requeue signal (``#SBATCH --signal=SIGUSR1@90``) is Lightning's
 :class:`~lightning.pytorch.plugins.environments.SLURMEnvironment` with ``auto_requeue``: it saves
@@ -17,11 +21,15 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from biomoe.training.stop_report import resume_command, set_line
 
 __all__ = ["SaveOnSigterm", "SIGTERM_EXIT_CODE", "is_sigterm_exit"]
 
@@ -34,14 +42,35 @@ def is_sigterm_exit(exc: BaseException) -> bool:
 
 
 class SaveOnSigterm(L.Callback):
-    """Save ``last.ckpt`` when Lightning stops ``fit`` on SIGTERM; a no-op otherwise."""
+    """Save ``last.ckpt`` when Lightning stops ``fit`` on SIGTERM; on Ctrl-C, say what was saved.
 
-    def __init__(self, stream: Any = None) -> None:
+    ``command`` is the command line (after the program name) that started the run: the resume
+    command printed is that line with ``--ckpt_path`` set to the checkpoint."""
+
+    def __init__(self, stream: Any = None, command: Sequence[str] | None = None) -> None:
         self.stream = stream
+        self.command = list(command) if command is not None else list(sys.argv[1:])
         self.saved_path: str | None = None
+        self._saves: list[tuple[float, int]] = []
+        """(wall time, global step) of every checkpoint this run began to write, oldest first."""
+        self._resumed: tuple[str, int] | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        ckpt = trainer.ckpt_path
+        if isinstance(ckpt, str) and os.path.exists(ckpt):
+            self._resumed = (ckpt, trainer.global_step)
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._saves.append((time.time(), trainer.global_step))
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
+        if trainer.state.fn != "fit":
+            return
+        if isinstance(exception, KeyboardInterrupt):
+            if trainer.is_global_zero:
+                set_line(self.interrupted_line(trainer))
+            return
+        if not isinstance(exception, SIGTERMException):
             return
         path = os.path.join(checkpoint_folder(trainer), ModelCheckpoint.CHECKPOINT_NAME_LAST
                             + ModelCheckpoint.FILE_EXTENSION)
@@ -50,8 +79,33 @@ class SaveOnSigterm(L.Callback):
         self.saved_path = path
         if trainer.is_global_zero:
             print(f"biomoe: stopped by SIGTERM after step {trainer.global_step}; resumable checkpoint "
-                  f"{path}; resume with the same command and --ckpt_path last",
+                  f"{path}; resume with: {resume_command(self.command, path)}",
                   file=self.stream or sys.stderr, flush=True)
+
+    def newest_saved(self, trainer: L.Trainer) -> tuple[str, int] | None:
+        """The newest complete checkpoint of this run and its step (a write cut off by Ctrl-C left
+        no file, so the file found is the one before it), else the checkpoint it resumed from."""
+        written: list[str] = []
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint):
+                written += [callback.last_model_path, callback.best_model_path, *callback.best_k_models]
+        files = [p for p in dict.fromkeys(written) if p and os.path.isfile(p)]
+        if files:
+            newest = max(files, key=os.path.getmtime)
+            written_at = os.path.getmtime(newest)
+            steps = [step for started, step in self._saves if started <= written_at + 1.0]
+            if steps:
+                return newest, steps[-1]
+        return self._resumed
+
+    def interrupted_line(self, trainer: L.Trainer) -> str:
+        head = f"interrupted (Ctrl-C) at step {trainer.global_step}"
+        saved = self.newest_saved(trainer)
+        if saved is None:
+            return (f"{head}; nothing of this run was saved (no checkpoint written yet); the same command "
+                    "starts it again from step 0")
+        path, step = saved
+        return f"{head}; saved: {path} (step {step}); resume with: {resume_command(self.command, path)}"
 
 
 def checkpoint_folder(trainer: L.Trainer) -> str:

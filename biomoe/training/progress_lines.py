@@ -5,7 +5,8 @@ bar is on but stderr is not a terminal (``make fit > log``) it never renders a f
 way a long run would say nothing between its first step and its end. This callback prints one plain
 line to stderr at most every ``interval_s`` seconds: step, share of the run, loss, tokens/s and
 time left. It reads the loss from the device only when it prints, so steps in between never wait
-for the GPU.
+for the GPU. A resumed run counts on from the step it resumed at, towards the same total, and its
+time left comes from the steps taken since this start.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class ProgressLines(L.Callback):
         self._last: float | None = None
         self._tokens = 0
         self._tokens_at_last = 0
+        self._first_step = 0
 
     def _out(self) -> Any:
         return self.stream or sys.stderr
@@ -51,6 +53,7 @@ class ProgressLines(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._started = self._last = time.perf_counter()
         self._tokens = self._tokens_at_last = 0
+        self._first_step = trainer.global_step  # a resumed run starts past 0
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -65,6 +68,8 @@ class ProgressLines(L.Callback):
 
     def line(self, trainer: L.Trainer, outputs: Any, now: float) -> str:
         step, total = trainer.global_step, trainer.max_steps
+        if total is not None and 0 < total < step:
+            total = None  # a total already passed is no total (the loop stops at its next check)
         parts = [f"fit: step {step:,}" + (f"/{total:,} ({step / total:.0%})" if total and total > 0 else "")]
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None and hasattr(loss, "detach"):
@@ -74,6 +79,7 @@ class ProgressLines(L.Callback):
         rate = (self._tokens - self._tokens_at_last) / max(now - since, 1e-9)
         parts.append(f"{rate:,.0f} tokens/s")
         elapsed = 0.0 if self._started is None else now - self._started
-        left = f", ~{format_duration(elapsed / step * (total - step))} left" if total and total > 0 and step else ""
+        done = step - self._first_step
+        left = f", ~{format_duration(elapsed / done * (total - step))} left" if total and total > 0 and done > 0 else ""
         parts.append(f"{format_duration(elapsed)} elapsed{left}")
         return ", ".join(parts)

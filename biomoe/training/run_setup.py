@@ -13,14 +13,15 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar
 
 from biomoe.compat.lightning import attached_trainer
 from biomoe.errors import ConfigError
 from biomoe.training.genome_metrics import PerGenomeMetrics
 
-__all__ = ["StepProgressBar", "check_logger_packages", "install_per_genome_metrics", "install_progress_bar",
-           "quiet_lightning_tips", "set_matmul_precision"]
+__all__ = ["ParameterSummary", "StepProgressBar", "available_accelerators", "check_accelerator", "check_logger_packages",
+           "install_model_summary", "install_per_genome_metrics", "install_progress_bar", "quiet_lightning_tips",
+           "set_matmul_precision"]
 
 # Logger class -> (packages any one of which it needs, the biomoe extra that installs one).
 LOGGER_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -69,15 +70,38 @@ class _DropMessages(logging.Filter):
         return not any(fragment in message for fragment in self.fragments)
 
 
-_TIPS = _DropMessages(["try installing [litlogger]"])
+_TIPS = _DropMessages(["try installing [litlogger]", "100% of the batches"])
 
 
 def quiet_lightning_tips() -> None:
-    """Drop Lightning's advertisement for its cloud logger, printed on every run (a logging filter on
+    """Drop Lightning's advertisement for its cloud logger and its note that a ``limit_*_batches``
+    of 1.0 uses every batch (what 1.0 says), both printed on every run (a logging filter on
     Lightning's rank-zero logger; its other messages are untouched)."""
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if _TIPS not in logger.filters:
         logger.addFilter(_TIPS)
+
+
+def available_accelerators() -> list[str]:
+    """The ``trainer.accelerator`` values this machine can run (``auto`` picks the first)."""
+    found = []
+    if torch.cuda.is_available():
+        found.append("gpu (cuda)")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append("mps")
+    return [*found, "cpu"]
+
+
+def check_accelerator(accelerator: Any) -> None:
+    """``trainer.accelerator gpu`` on a machine without one ended in Lightning's "trainer: No supported
+    gpu backend found!": one line naming the key and what this machine has instead."""
+    name = str(accelerator or "auto").lower()
+    missing = (name in ("gpu", "cuda") and not torch.cuda.is_available()) or (
+        name == "mps" and "mps" not in available_accelerators())
+    if missing:
+        raise ConfigError(f"trainer.accelerator: {name!r} is not available on this machine; it has: "
+                          f"{', '.join(available_accelerators())} (or use auto)")
 
 
 def set_matmul_precision(accelerator: Any = None) -> str | None:
@@ -129,3 +153,41 @@ def install_per_genome_metrics(trainer: Any) -> None:
     unless the config has the callback already; it logs nothing for one genome."""
     if not any(isinstance(cb, PerGenomeMetrics) for cb in trainer.callbacks):
         trainer.callbacks.append(PerGenomeMetrics())
+
+
+class ParameterSummary(RichModelSummary):
+    """Lightning's model summary without its FLOPs: they are counted only for a model with an
+    ``example_input_array``, which biomoe's has not, so the column read 0 on every row and the
+    table ended with "Total FLOPs: 0"."""
+
+    @staticmethod
+    def summarize(summary_data: list[tuple[str, list[str]]], total_parameters: int, trainable_parameters: int,
+                  model_size: float, total_training_modes: dict[str, int], total_flops: int = 0,
+                  **summarize_kwargs: Any) -> None:
+        from rich.console import Console
+        from rich.table import Table
+        from lightning.pytorch.utilities.model_summary import get_formatted_model_size, get_human_readable_count
+
+        columns = [(name, values) for name, values in summary_data if name != "FLOPs" or total_flops]
+        table = Table(header_style="bold magenta")
+        for name, _ in columns:
+            table.add_column(name, justify="right" if name in ("Params", "FLOPs") else "left")
+        for row in zip(*(values for _, values in columns)):
+            table.add_row(*row)
+        console = Console()
+        console.print(table)
+        trainable = get_human_readable_count(int(trainable_parameters))
+        total = get_human_readable_count(int(total_parameters))
+        console.print(f"params: {trainable} trainable, {total} in all ({get_formatted_model_size(model_size)} MB); "
+                      f"modules: {total_training_modes.get('train', 0)} in train mode, "
+                      f"{total_training_modes.get('eval', 0)} in eval mode"
+                      + (f"; FLOPs: {get_human_readable_count(total_flops)}" if total_flops else ""))
+
+
+def install_model_summary(trainer: Any, configured: Iterable[Any]) -> None:
+    """Swap the rich model summary Lightning added itself (not one of ``configured``) for
+    :class:`ParameterSummary` (a trainer with ``enable_model_summary: false`` has none)."""
+    chosen = {id(cb) for cb in configured}
+    for index, callback in enumerate(trainer.callbacks):
+        if type(callback) is RichModelSummary and id(callback) not in chosen:  # rich is installed
+            trainer.callbacks[index] = ParameterSummary()

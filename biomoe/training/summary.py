@@ -12,7 +12,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from biomoe.training.history import MetricsHistory, find_history
+from biomoe.training.history import MetricsHistory, RunRecord, find_history
 from biomoe.training.markov_baseline import MarkovBaseline
 from biomoe.training.plots import plot_training_curves
 
@@ -87,6 +87,10 @@ def fit_summary(trainer: Any, log_dir: str | None = None) -> str:
     history = find_history(trainer)
     log_dir = Path(log_dir or trainer.default_root_dir)
     lines = ["", "=== biomoe fit finished ==="]
+    record = next((cb for cb in trainer.callbacks if isinstance(cb, RunRecord)), None)
+    if record is not None and record.resumed_from:
+        lines.append(f"resumed:    {record.resumed_from} at step {record.resumed_at_step:,} (the plot and "
+                     "figures below cover the whole run)")
     lines += _checkpoint_lines(trainer)
     metrics = log_dir / "metrics.csv"
     if metrics.exists():
