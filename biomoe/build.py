@@ -94,9 +94,12 @@ def kernels_that_ran(model: torch.nn.Module) -> str:
 def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
                 device: torch.device | str | None = None, plan: ParallelPlan | None = None,
                 announce: Callable[[str], None] = log.info, trainer_precision: str | None = None,
-                model: MoETransformer | None = None) -> BuiltModel:
+                model: MoETransformer | None = None, selection: BackendSelection | None = None) -> BuiltModel:
     """Assemble the model for ``device`` (where its kernels will run) and the parallel ``plan``.
     ``trainer_precision`` (Lightning's) only makes the announced line say what really computes.
+    ``selection`` is the kernel choice for ``config``, ``runtime`` and ``device`` when the caller
+    has made it already (the inference loader, which builds ``model`` with its layers): the
+    kernels are chosen once per model.
 
     Parameters are created in the ambient device/dtype context (Lightning's
     ``tensor_init_context``; the meta device for models too large for one rank), so the caller
@@ -104,7 +107,7 @@ def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
     """
     runtime = runtime or RuntimeConfig()
     device = torch.device(device) if device is not None else torch.device("cpu")
-    selection = select_backends(config, runtime, device)
+    selection = selection or select_backends(config, runtime, device)
     if runtime.activation_checkpointing and selection.precision.use_te:
         check_precision_for_checkpointing(selection.precision.name)
 

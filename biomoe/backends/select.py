@@ -6,6 +6,11 @@ this device, resolves ``expert_backend`` in the expert-backend registry (``auto`
 highest-priority backend whose check says it runs and is preferred here), and returns the
 :class:`~biomoe.model.backends.LayerBackends` the model is constructed with plus the precision
 context entered around each forward.
+
+Transformer Engine is imported only where a choice can take it: a run whose every layer is
+``torch``, whose experts are biomoe's torch backends and whose precision is ``bf16`` never asks
+whether TE is there (importing it registers its custom ops: seconds), and a TE layer's module is
+imported only when that layer is chosen.
 """
 
 from __future__ import annotations
@@ -16,14 +21,12 @@ from dataclasses import dataclass, field
 import torch
 
 from biomoe.backends.te.availability import TE_LIBRARY, DeviceInfo, device_info, te_usable
-from biomoe.backends.te.dispatch import TEPermuteDispatcher
-from biomoe.backends.te.layers import TECoreAttention, TERMSNorm
 from biomoe.backends.te.precision import PrecisionContext, resolve_precision, te_support_checker
-from biomoe.backends.te.router import TEFusedTopKRouter
 from biomoe.errors import ConfigError
 from biomoe.model.backends import LayerBackends
-from biomoe.model.config import ModelConfig, RuntimeConfig
+from biomoe.model.config import LAYER_BACKEND_FIELDS, ModelConfig, RuntimeConfig
 from biomoe.model.moe.experts import EXPERT_BACKENDS, ExpertBackendQuery, resolve_expert_backend
+from biomoe.precisions import parse_precision
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +80,22 @@ def expert_query(info: DeviceInfo | None, te_ok: bool, precision: str, hidden: i
                               libraries=frozenset({TE_LIBRARY}) if te_ok else frozenset())
 
 
+TORCH_EXPERT_BACKENDS = frozenset({"loop", "grouped"})
+"""biomoe's expert backends that compute with torch alone (their checks never ask for TE)."""
+
+
+def may_use_te(runtime: RuntimeConfig) -> bool:
+    """Whether any choice of ``runtime`` can take Transformer Engine (else TE is not probed)."""
+    return (any(getattr(runtime, name) != "torch" for name in LAYER_BACKEND_FIELDS)
+            or runtime.expert_backend not in TORCH_EXPERT_BACKENDS
+            or parse_precision(runtime.precision) != "bf16")
+
+
 def select_backends(cfg: ModelConfig, runtime: RuntimeConfig,
                     device: torch.device | None) -> BackendSelection:
     """Resolve ``runtime`` for ``device`` (CPU: the torch reference path everywhere)."""
     info = device_info(device)
-    te_ok = te_usable(device)
+    te_ok = may_use_te(runtime) and te_usable(device)
     precision = resolve_precision(runtime.precision, runtime.precision_fallback, info, te_ok,
                                   checker=te_support_checker if te_ok else None)
     context = PrecisionContext(precision, use_te=te_ok)
@@ -97,13 +111,22 @@ def select_backends(cfg: ModelConfig, runtime: RuntimeConfig,
     te_router = want_te("router_backend", runtime.router_backend, te_ok)
     te_dispatch = want_te("dispatch_backend", runtime.dispatch_backend, te_ok)
     kwargs: dict = {"experts": expert_backend}
+    # each TE layer's module imported only when it is chosen (they import only torch until they run)
     if te_norm:
+        from biomoe.backends.te.layers import TERMSNorm
+
         kwargs["norm"] = TERMSNorm
     if te_attention:
+        from biomoe.backends.te.layers import TECoreAttention
+
         kwargs["core_attention"] = TECoreAttention
     if te_router:
+        from biomoe.backends.te.router import TEFusedTopKRouter
+
         kwargs["router"] = TEFusedTopKRouter
     if te_dispatch:
+        from biomoe.backends.te.dispatch import TEPermuteDispatcher
+
         kwargs["dispatcher"] = TEPermuteDispatcher
 
     recipe = f" ({type(context.recipe).__name__})" if context.recipe is not None else ""

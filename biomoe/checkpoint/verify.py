@@ -14,12 +14,15 @@ A checkpoint can be wrong in ways torch and Lightning only notice late, or never
   exit 0; here it is refused, naming the first tensor with NaN or inf.
 
 Every problem is one :class:`~biomoe.errors.GenomeInputError` line naming the checkpoint.
-Folders (distributed checkpoints) are left to their own loader.
+Folders (distributed checkpoints) are left to their own loader. The two checks that read every
+byte (integrity, finite weights) are skipped for a file that passed them before and has not
+changed since (:mod:`biomoe.checkpoint.verified`).
 """
 
 from __future__ import annotations
 
 import os
+import time
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -29,7 +32,8 @@ import torch
 
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ModelConfig
-from biomoe.model.transformer import MoETransformer
+from biomoe.model.meta import meta_model
+from biomoe.checkpoint import verified
 from biomoe.checkpoint.hparams import recorded_model_config
 from biomoe.checkpoint.read import read_checkpoint
 from biomoe.checkpoint.run_folder import checkpoints_under, choose_checkpoint, say_on_stderr
@@ -101,11 +105,10 @@ def check_structure(path: str, ckpt: Any) -> dict[str, torch.Tensor]:
     return weights
 
 
-def expected_shapes(config: Any) -> dict[str, tuple[int, ...]]:
+def expected_shapes(config: Any, model: torch.nn.Module | None = None) -> dict[str, tuple[int, ...]]:
     """``model.``-prefixed tensor name -> shape for a model of this ModelConfig (built on the meta
-    device: no memory, no initialisation)."""
-    with torch.device("meta"):
-        model = MoETransformer(config)
+    device: no memory, no initialisation), or of ``model`` when the caller has built it already."""
+    model = meta_model(config) if model is None else model
     return {_MODEL_PREFIX + k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
@@ -113,10 +116,12 @@ def _shape(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(n) for n in shape) + "]"
 
 
-def check_shapes(path: str, weights: Mapping[str, torch.Tensor], config: Any, source: str) -> None:
+def check_shapes(path: str, weights: Mapping[str, torch.Tensor], config: Any, source: str,
+                 model: torch.nn.Module | None = None) -> None:
     """Every tensor the model needs is present with the shape ``config`` gives it, and no other.
-    ``source`` says where ``config`` came from (for the message)."""
-    expected = expected_shapes(config)
+    ``source`` says where ``config`` came from (for the message); ``model``, if given, is that
+    model already built (see :func:`expected_shapes`)."""
+    expected = expected_shapes(config, model)
     missing = [k for k in expected if k not in weights]
     unexpected = [k for k in weights if k not in expected]
     for key, shape in expected.items():
@@ -201,10 +206,15 @@ def verify_checkpoint(path: str | os.PathLike[str], config: Any = None, shapes: 
     check_checkpoint_file(path)
     if os.path.isdir(path):
         return {}
-    check_integrity(path)
+    started, stamp = time.time(), verified.file_stamp(path)
+    known = verified.is_verified(stamp)  # passed the reading checks before, unchanged since
+    if not known:
+        check_integrity(path)
     ckpt = read_checkpoint(path)
     weights = check_structure(path, ckpt)
-    check_finite(path, ckpt, weights)
+    if not known:
+        check_finite(path, ckpt, weights)
+        verified.record_verified(stamp, started)
     if not shapes:
         return ckpt
     if config is not None:

@@ -28,13 +28,14 @@ from typing import Any
 
 import torch
 
-from biomoe.backends.select import select_backends
+from biomoe.backends.select import BackendSelection, select_backends
 from biomoe.build import BuiltModel, build_model
-from biomoe.checkpoint.hparams import model_config_from
+from biomoe.checkpoint.hparams import recorded_model_config
 from biomoe.checkpoint.run_folder import resolve_checkpoint
-from biomoe.checkpoint.verify import check_checkpoint_file, verify_checkpoint
+from biomoe.checkpoint.verify import check_checkpoint_file, check_shapes, verify_checkpoint
 from biomoe.errors import ConfigError, GenomeInputError
 from biomoe.model.config import LAYER_BACKEND_FIELDS, ModelConfig, RuntimeConfig
+from biomoe.model.meta import meta_model
 from biomoe.model.moe.router import TopKRouter
 from biomoe.model.transformer import ModelOutput, MoETransformer
 from biomoe.precisions import PRECISIONS, parse_precision
@@ -82,7 +83,15 @@ def inference_runtime(device: torch.device | str, precision: str | None = None,
     they can run here (a model trained with TE kernels is still scored on a laptop, with torch's);
     ``overrides`` are the user's, and one that cannot run here is an error, never a substitute.
     ``fp32`` turns every layer to torch (TE kernels compute in bf16/fp16 only)."""
-    device = torch.device(device)
+    runtime, precision, _ = _choose_kernels(torch.device(device), precision, recorded, overrides, config)
+    return runtime, precision
+
+
+def _choose_kernels(device: torch.device, precision: str | None,
+                    recorded: Mapping[str, Any] | RuntimeConfig | None, overrides: Mapping[str, Any] | None,
+                    config: ModelConfig | None) -> tuple[RuntimeConfig, str, BackendSelection]:
+    """:func:`inference_runtime` and the kernels it selects (the model is built with these: they
+    are selected once)."""
     precision = parse_inference_precision(precision) if precision is not None else default_precision(device)
     fields: dict[str, Any] = {}
     if isinstance(recorded, RuntimeConfig):
@@ -95,23 +104,16 @@ def inference_runtime(device: torch.device | str, precision: str | None = None,
         fields["expert_backend"] = "grouped"  # the per-expert loop where _grouped_mm has no fp32 kernel
     fields.update({k: v for k, v in (overrides or {}).items() if v is not None})
     runtime_precision = "bf16" if precision == "fp32" else precision
+    config = config or ModelConfig()
     try:
         runtime = RuntimeConfig(precision=runtime_precision, **fields)
+        return runtime, precision, select_backends(config, runtime, device)
     except (ConfigError, TypeError):
-        runtime = None
-    if runtime is None or not _runs_here(runtime, device, config):
-        # the recorded choices do not run here: auto for those, the user's choices kept
-        fields = {k: v for k, v in fields.items() if k not in (recorded or {}) or k in (overrides or {})}
-        runtime = RuntimeConfig(precision=runtime_precision, **fields)
-    return runtime, precision
-
-
-def _runs_here(runtime: RuntimeConfig, device: torch.device, config: ModelConfig | None) -> bool:
-    try:
-        select_backends(config or ModelConfig(), runtime, device)
-    except ConfigError:
-        return False
-    return True
+        pass
+    # the recorded choices do not run here: auto for those, the user's choices kept
+    fields = {k: v for k, v in fields.items() if k not in (recorded or {}) or k in (overrides or {})}
+    runtime = RuntimeConfig(precision=runtime_precision, **fields)
+    return runtime, precision, select_backends(config, runtime, device)
 
 
 @dataclass
@@ -163,21 +165,29 @@ def _announce(line: str) -> None:
 def prepare_model(config: ModelConfig, state: Mapping[str, torch.Tensor] | None, device: torch.device | str,
                   precision: str | None = None, runtime: RuntimeConfig | None = None,
                   overrides: Mapping[str, Any] | None = None,
-                  announce: Callable[[str], None] = _announce, path: str | None = None) -> InferenceModel:
+                  announce: Callable[[str], None] = _announce, path: str | None = None,
+                  check: Callable[[MoETransformer], None] | None = None) -> InferenceModel:
     """Build ``config`` through :func:`build_model` on ``device`` and load ``state`` (``model.``
-    prefix stripped) into it; ``runtime`` is the recorded one (see :func:`inference_runtime`)."""
+    prefix stripped) into it; ``runtime`` is the recorded one (see :func:`inference_runtime`).
+
+    One descent: the kernels are selected once, the model is constructed once (with ``state``:
+    on the meta device, then given memory and filled from ``state``, never initialised), and
+    ``check`` sees it before it is filled (the loader compares the checkpoint's shapes with it)."""
     device = torch.device(device)
-    runtime, precision = inference_runtime(device, precision, runtime, overrides, config)
+    runtime, precision, selection = _choose_kernels(device, precision, runtime, overrides, config)
     dtype = weights_dtype(precision)
     quiet: list[str] = []
     if state is None:
         with torch.device(device):
-            built = build_model(config, runtime, device, announce=quiet.append)
+            built = build_model(config, runtime, device, announce=quiet.append, selection=selection)
         model = _in_inference_dtypes(built.model, dtype)
     else:
-        model = _allocated_for(config, runtime, device, dtype)
+        model = meta_model(config, selection.backends)
+        if check is not None:
+            check(model)
+        model = _allocated(model, device, dtype)
         model.load_state_dict(state)
-        built = build_model(config, runtime, device, announce=quiet.append, model=model)
+        built = build_model(config, runtime, device, announce=quiet.append, model=model, selection=selection)
     model.eval().requires_grad_(False)
     built.announce = announce
     weights = "fp32" if dtype == torch.float32 else "bf16"
@@ -195,16 +205,11 @@ def _in_inference_dtypes(model: MoETransformer, dtype: torch.dtype) -> MoETransf
     return model
 
 
-def _allocated_for(config: ModelConfig, runtime: RuntimeConfig, device: torch.device,
-                   dtype: torch.dtype) -> MoETransformer:
-    """The model with the kernels :func:`build_model` selects, its tensors allocated on ``device``
-    in the inference dtypes but not initialised: the checkpoint's weights overwrite every
-    parameter, and a random initialisation first would cost about a second per 100 M parameters
-    on a CPU. The router statistics (buffers no checkpoint holds) start at zero, as after
-    ``build_model``."""
-    selection = select_backends(config, runtime, device)
-    with torch.device("meta"):
-        model = MoETransformer(config, selection.backends)
+def _allocated(model: MoETransformer, device: torch.device, dtype: torch.dtype) -> MoETransformer:
+    """A meta-device model's tensors allocated on ``device`` in the inference dtypes but not
+    initialised: the checkpoint's weights overwrite every parameter, and a random initialisation
+    first would cost about a second per 100 M parameters on a CPU. The router statistics
+    (buffers no checkpoint holds) start at zero, as after ``build_model``."""
     model.to_empty(device=device)
     model = _in_inference_dtypes(model, dtype)
     for layer in model.moe_layers():
@@ -224,13 +229,18 @@ def load_for_inference(ckpt_path: str | os.PathLike[str], device: torch.device |
         raise GenomeInputError(path, "is a folder (a distributed checkpoint?); this needs a checkpoint file: "
                                      f"python -m biomoe.checkpoint.distributed {path} model.ckpt")
     try:
-        # integrity, structure, shapes against its hyper-parameters, finite weights: one line each
-        ckpt = verify_checkpoint(path)
+        # integrity, structure and finite weights (skipped for a file verified before, unchanged
+        # since), then shapes against its hyper-parameters on the model built to hold them: one line each
+        ckpt = verify_checkpoint(path, shapes=False)
+        cfg, source = recorded_model_config(path, ckpt), "its recorded model config"
+        if cfg is None:
+            cfg, source = ModelConfig(), "the default model config (the checkpoint records none)"
+        weights = {k: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+        state = {k[len("model."):]: v for k, v in weights.items()}
         hparams = ckpt.get("hyper_parameters") or {}
-        cfg = model_config_from(hparams.get("config"))
-        state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
         recorded = hparams.get("runtime") if isinstance(hparams.get("runtime"), (Mapping, RuntimeConfig)) else None
-        return prepare_model(cfg, state, device, precision, recorded, overrides, announce, str(path))
+        return prepare_model(cfg, state, device, precision, recorded, overrides, announce, str(path),
+                             check=lambda model: check_shapes(path, weights, cfg, source, model))
     except (GenomeInputError, ConfigError):
         raise
     except Exception as exc:  # a torch file that is not a biomoe checkpoint, or a damaged one

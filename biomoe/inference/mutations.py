@@ -196,7 +196,7 @@ def auroc(llr: np.ndarray, classes: Sequence[str], positive: str, negative: str)
     """AUROC of ``-llr`` for ``positive`` against ``negative`` variants (others ignored); None when
     either class is empty."""
     import torch
-    from torchmetrics.functional.classification import binary_auroc
+    from biomoe.inference.roc import binary_auroc  # not torchmetrics: it imports transformers (seconds)
 
     classes = np.asarray(classes)
     pick = (classes == positive) | (classes == negative)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from biomoe.compat.torch import checkpoint_wrapped
+from biomoe.model.documents import varlen_available
 
 
 def apply_compile(model: nn.Module, **compile_kwargs) -> nn.Module:
@@ -18,12 +19,17 @@ def apply_compile(model: nn.Module, **compile_kwargs) -> nn.Module:
     ``nn.Module.compile`` (not ``torch.compile(block)``) keeps the module object and its
     state_dict keys, so checkpoints stay interchangeable with uncompiled runs. Compilation is lazy:
     it happens at the first forward. Transformer Engine calls inside a block are marked
-    ``torch.compiler.disable``, so the compiler splits the block around them instead of failing.
+    :func:`~biomoe.compat.torch.eager_when_compiled`, so the compiler splits the block around them
+    instead of failing.
 
     A block wrapped for activation checkpointing is compiled *inside* its wrapper: compiling the
     wrapper puts the checkpoint in the traced region, where dynamo refuses the router's statistics
     updates (a side effect) and runs the whole block uncompiled. Inside, the eager checkpoint
-    calls the compiled block in forward and again in the recomputation, with the RNG replayed."""
+    calls the compiled block in forward and again in the recomputation, with the RNG replayed.
+
+    torch's packed attention kernel is imported on first use (its module imports the compiler);
+    here that happens before any tracing, so compiled blocks find it imported."""
+    varlen_available()
     for block in model.blocks:
         checkpoint_wrapped(block).compile(**compile_kwargs)
     return model

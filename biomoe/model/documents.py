@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -112,46 +113,55 @@ def masked_document_attention(q: Tensor, k: Tensor, v: Tensor, documents: Docume
     return out.transpose(1, 2).reshape(b, s, -1)
 
 
-def _varlen_function():
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError:  # torch without it: masked SDPA everywhere
-        return None, frozenset()
-    return varlen_attn, frozenset(inspect.signature(varlen_attn).parameters)
+_VARLEN: tuple[Any, frozenset[str]] | None = None
 
 
-_VARLEN, _VARLEN_PARAMETERS = _varlen_function()
+def _varlen_function() -> tuple[Any, frozenset[str]]:
+    """``(varlen_attn or None, its parameter names)``, imported on first use: importing torch's
+    varlen module imports ``torch._dynamo`` (seconds), which a CPU run never needs.
+    :func:`~biomoe.model.compile.apply_compile` calls it before compiling, so that traced code
+    finds it imported."""
+    global _VARLEN
+    if _VARLEN is None:
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+        except ImportError:  # torch without it: masked SDPA everywhere
+            _VARLEN = (None, frozenset())
+        else:
+            _VARLEN = (varlen_attn, frozenset(inspect.signature(varlen_attn).parameters))
+    return _VARLEN
 
 
 def varlen_available() -> bool:
     """Whether this torch has ``torch.nn.attention.varlen.varlen_attn``."""
-    return _VARLEN is not None
+    return _varlen_function()[0] is not None
 
 
 def _varlen_attention(q: Tensor, k: Tensor, v: Tensor, documents: DocumentLayout) -> Tensor:
     """torch's packed flash attention over the documents (fp16/bf16 on CUDA)."""
+    varlen, parameters = _varlen_function()
     b, h, s, d = q.shape
     q, k, v = (t.transpose(1, 2).reshape(b * s, t.shape[1], d) for t in (q, k, v))
     kwargs = {}
     # torch 2.10 took ``is_causal``; later releases a window, (-1, 0) = everything before, nothing after.
-    if "window_size" in _VARLEN_PARAMETERS:
+    if "window_size" in parameters:
         kwargs["window_size"] = (-1, 0)
     else:
         kwargs["is_causal"] = True
     if k.shape[1] != h:
-        if "enable_gqa" in _VARLEN_PARAMETERS:
+        if "enable_gqa" in parameters:
             kwargs["enable_gqa"] = True
         else:
             k, v = k.repeat_interleave(h // k.shape[1], dim=1), v.repeat_interleave(h // k.shape[1], dim=1)
-    out = _VARLEN(q, k, v, documents.cu_seqlens, documents.cu_seqlens, documents.max_seqlen,
-                  documents.max_seqlen, **kwargs)
+    out = varlen(q, k, v, documents.cu_seqlens, documents.cu_seqlens, documents.max_seqlen,
+                 documents.max_seqlen, **kwargs)
     return out.reshape(b, s, h * d)
 
 
 def document_attention(q: Tensor, k: Tensor, v: Tensor, documents: DocumentLayout) -> Tensor:
     """Causal attention within documents: the packed kernel where it runs (CUDA, fp16/bf16,
     offsets known), the masked reference otherwise. q [b, h, s, d], k/v [b, h_kv, s, d] → [b, s, h·d]."""
-    if (_VARLEN is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-            and documents.cu_seqlens is not None):
+    if (q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and documents.cu_seqlens is not None
+            and varlen_available()):
         return _varlen_attention(q, k, v, documents)
     return masked_document_attention(q, k, v, documents)

@@ -1,0 +1,39 @@
+"""A model's structure without its values: built on the meta device, its initialisers skipped.
+
+Two readers of a checkpoint need the model's shape before any weight: the verifier (which
+tensors, of which shapes, a config gives) and the inference loader (tensors allocated, then
+filled from the file). Neither needs an initial value. On the meta device ``normal_`` runs
+torch's Python reference, which imports ``torch._dynamo`` (seconds in a command that never
+compiles); skipping the ``torch.nn.init`` calls, as Lightning's empty-init context does, costs
+nothing and changes nothing: a meta tensor has no values to initialise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from biomoe.model.backends import TORCH_BACKENDS, LayerBackends
+from biomoe.model.config import ModelConfig
+from biomoe.model.transformer import MoETransformer
+
+__all__ = ["meta_model"]
+
+
+class _SkipInitialisers(TorchFunctionMode):
+    """``torch.nn.init`` functions return their tensor untouched; every other call runs."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs.get("tensor")
+        return func(*args, **kwargs)
+
+
+def meta_model(config: ModelConfig, backends: LayerBackends = TORCH_BACKENDS) -> MoETransformer:
+    """``MoETransformer(config, backends)`` on the meta device, no initialiser run: its tensors have
+    shapes and dtypes only (``to_empty`` gives them memory)."""
+    with torch.device("meta"), _SkipInitialisers():
+        return MoETransformer(config, backends)
