@@ -172,7 +172,7 @@ def _plot(path: Path, snvs: list, model_llr, markov_llr, summary: dict) -> bool:
         return False
     import numpy as np
     import torch
-    from torchmetrics.functional.classification import binary_roc
+    from biomoe.inference.roc import binary_roc  # not torchmetrics: it imports transformers (seconds)
 
     from biomoe.inference.mutations import PAIRS
 
