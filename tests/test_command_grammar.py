@@ -3,9 +3,14 @@ form kept as an alias; both spellings give the same result."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
+from biomoe.cli.commands import EXTRA_COMMANDS
 from biomoe.cli.main import main as cli_main
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
@@ -113,3 +118,48 @@ def test_a_window_beyond_the_machine_is_one_line_before_any_work(command, files,
     line = error_line(capsys.readouterr().err)
     assert code == 2 and "--window 300,120: one window needs at least" in line, line
     assert not written.exists()
+
+
+def _options_in_help(command: str, capsys) -> tuple[str, set[str]]:
+    try:
+        cli_main([command, "--help"])
+    except SystemExit:
+        pass
+    text = capsys.readouterr().out
+    return text, set(re.findall(r"(?<![\w-])--[a-z][\w-]*", text))
+
+
+@pytest.mark.parametrize("command", sorted(EXTRA_COMMANDS))
+def test_every_command_reads_inputs_positionally_writes_out_and_spells_options_with_dashes(command, capsys):
+    """One grammar: inputs positional, the output ``--out``, options with dashes (``--ckpt_path`` is
+    Lightning's own name, kept for every command that loads a model)."""
+    text, options = _options_in_help(command, capsys)
+    assert text.startswith(f"usage: biomoe {command}"), text[:200]
+    assert {o for o in options if "_" in o} <= {"--ckpt_path"}, options
+    assert not options & {"--fasta", "--json", "--seq_length"}, options
+    usage = text.split("\n\n")[0]
+    assert not re.search(r"\b(out_dir|out_ckpt|dest)\b", usage), usage  # no positional output
+    assert "--out" in options, options  # recipes copy --out DEST too
+
+
+def test_earlier_spellings_are_still_accepted(files, tmp_path, write_fasta, capsys):
+    fasta = write_fasta({"c1": random_dna(3000, seed=1), "c2": random_dna(3000, seed=2)}, name="two.fa")
+    results = []
+    for flags in (["--out", str(tmp_path / "new.json"), "--seq-length", "64"],
+                  ["--json", str(tmp_path / "old.json"), "--seq_length", "64"]):
+        assert cli_main(["markov", str(fasta), "--max-order", "2", *flags]) == 0
+        results.append(json.loads(Path(flags[1]).read_text())["rows"])
+    assert results[0] == results[1]
+    ckpt, genome, _ = files
+    for spelling in (["--ckpt_path", str(ckpt), str(genome), "--seq-length", "32", "--batch-size", "2",
+                      "--no-plot", "--no-progress", "--out", str(tmp_path / "r_new.json")],
+                     ["--ckpt_path", str(ckpt), "--fasta", str(genome), "--seq_length", "32", "--batch_size", "2",
+                      "--no_plot", "--no_progress", "--out", str(tmp_path / "r_old.json")]):
+        assert cli_main(["routing", *spelling, "--windows", "2", "--device", "cpu"]) == 0
+    new, old = (json.loads((tmp_path / name).read_text()) for name in ("r_new.json", "r_old.json"))
+    assert new["genomes"] == old["genomes"]
+    out = tmp_path / "sample.fa"
+    assert cli_main(["generate", str(ckpt), str(genome), "--prompt-region", "c:1-10", "--length", "4",
+                     "--out", str(out), "--device", "cpu", "--no-progress"]) == 0
+    assert "prompt=c:1-10" in out.read_text()
+    capsys.readouterr()

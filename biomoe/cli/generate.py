@@ -152,6 +152,8 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     merge_hidden_inputs(args, "fasta", "fasta_option")
     if args.ckpt_path is not None and args.ckpt is not None:  # with --ckpt_path the first positional is a FASTA
+        if args.ckpt == args.ckpt_path:
+            parser.error(f"the checkpoint is given twice: {args.ckpt} and --ckpt_path {args.ckpt_path}")
         args.fasta, args.ckpt = [args.ckpt, *args.fasta], None
     return checkpoint_of(args, parser)
 

@@ -8,7 +8,12 @@ missense vs synonymous (:mod:`biomoe.inference.mutations`).
 
 Writes into ``--out`` (a folder): ``mutations.tsv`` (one row per SNV), ``summary.json``,
 ``summary.md`` (the AUROC table) and ``roc.png`` (ROC curves, model against Markov; needs
-matplotlib), all committed together.
+matplotlib), all committed together. docs/mutations.md says how to read them.
+
+On a CPU the defaults are sized to finish in about a minute for a model of the ``genome`` recipe's
+size (:data:`CPU_CODONS` codons and windows of at most :data:`CPU_WINDOW` bases, instead of
+:data:`GPU_CODONS` and the training length), and the time the whole run will take is estimated
+from its first SNVs before the rest are scored.
 """
 
 from __future__ import annotations
@@ -26,6 +31,20 @@ from biomoe.errors import GenomeInputError
 __all__ = ["main", "OUTPUT_NAMES"]
 
 OUTPUT_NAMES = ("mutations.tsv", "summary.json", "summary.md", "roc.png")
+GPU_CODONS = 2000
+CPU_CODONS = 100
+CPU_WINDOW = 256
+"""CPU defaults (``--codons``, ``--window``). Measured with a model of the ``genome`` recipe's size
+(107M parameters, fp32): a CPU scores about 5,000 tokens/s with 8 threads whatever the window, and
+an SNV costs 4/3 of a window (its alt window, and a third of a reference window shared by the three
+alternatives of a base). At 1,024-base windows that is 3.3 SNVs/s (2,000 codons = 18,000 SNVs: 90
+min); at 256, 15 SNVs/s, so 100 codons (900 SNVs) take about a minute (45 s with 16 threads, 95 s
+with 4). A window of 256 still gives every variant 128 bases on each side."""
+FIRST_SNVS = 64
+"""SNVs scored before the others on a CPU, to time them and say how long the whole run takes."""
+AUROC_LEGEND = ("AUROC: the chance that a damaging SNV (stop-gain, missense) gets a lower log-likelihood ratio "
+                "than a synonymous one, i.e. that the scorer finds it less likely. 0.5 = chance; higher = the "
+                "scorer ranks the damaging class as worse; below 0.5 = it ranks them the wrong way round.")
 COLUMNS = ["genome", "contig", "pos", "ref", "alt", "gene", "strand", "codon_position", "codon", "class",
            "model_llr", "markov_llr"]
 
@@ -35,12 +54,15 @@ def _parser() -> CommandParser:
     add_checkpoint_argument(parser, inputs="fasta")
     parser.add_argument("fasta", nargs="*", help="genome FASTA file(s); each file is one genome")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
-    parser.add_argument("--codons", type=positive_int, default=2000, help="codons sampled per genome (default 2000)")
+    parser.add_argument("--codons", type=positive_int, default=None,
+                        help=f"codons sampled per genome, 9 SNVs each (default {GPU_CODONS} on a GPU, "
+                             f"{CPU_CODONS} on a CPU: about a minute there)")
     parser.add_argument("--table", type=int, default=11, help="NCBI translation table (default 11)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the codon sample")
     parser.add_argument("--markov-order", type=int, default=6, help="order of the Markov baseline (default 6)")
     parser.add_argument("--window", type=positive_int, default=None,
-                        help="bases per scoring window (default: the checkpoint's training seq_length, else 1024)")
+                        help="bases per scoring window (default: the checkpoint's training seq_length, else 1024; "
+                             f"on a CPU at most {CPU_WINDOW})")
     add_batch_tokens_option(parser)
     add_device_option(parser, help=None)
     add_runtime_options(parser)
@@ -73,16 +95,23 @@ def main(argv: list[str]) -> int:
     from biomoe.genomics.genes import call_genes_in_contigs
     from biomoe.genomics.markov import MAX_ORDER, MarkovModel
     from biomoe.inference import mutations as engine
-    from biomoe.inference.score_variants import Variant, check_variants, score_windows
+    from biomoe.inference.score_variants import Variant, check_variants
     from biomoe.progress import progress_bar
+    from torch import device as torch_device
 
     if not 0 <= args.markov_order <= MAX_ORDER:
         parser.error(f"--markov-order must be in 0..{MAX_ORDER}")
     code = engine.codon_table(args.table)
+    on_cpu = torch_device(args.device).type == "cpu"
+    if args.codons is None:
+        args.codons = CPU_CODONS if on_cpu else GPU_CODONS
     outputs = [args.out / name for name in OUTPUT_NAMES]
     check_outputs(outputs, [args.ckpt, *args.fasta])
     genome = open_reader(args.fasta)
     window = scoring_window(args.window, args.ckpt)  # checked against the training length
+    if args.window is None and on_cpu and window > CPU_WINDOW:
+        window = CPU_WINDOW
+        _note(f"on the CPU: windows of {CPU_WINDOW} bases, for speed (--window sets another)")
     tokenizer = NucleotideTokenizer()
     snvs_of: dict[str, list] = {}
     markov_of: dict[str, np.ndarray] = {}
@@ -105,7 +134,7 @@ def main(argv: list[str]) -> int:
     variants, prepared, _ = check_variants(genome, variants, window, source="mutations")
     with progress_bar(len(variants), "mutations", unit="variant", disable=args.no_progress) as bar:
         started = time.perf_counter()
-        rows = score_windows(model, variants, prepared, progress=bar, batch_tokens=args.batch_tokens)
+        rows = _score(model, variants, prepared, bar, args.batch_tokens, estimate=on_cpu)
     _note(f"scored {len(rows):,} SNVs with the model in {time.perf_counter() - started:.1f} s")
     model_llr = np.array([row["llr"] for row in rows], dtype=np.float64)
     summary, cursor = {"window": window, "table": args.table, "codons": args.codons, "seed": args.seed,
@@ -118,8 +147,35 @@ def main(argv: list[str]) -> int:
         summary["genomes"][label] = engine.summarise(classes, {"model": own, "markov": markov_of[label]})
     _write_outputs(args.out, all_snvs, model_llr, np.concatenate(list(markov_of.values())), summary)
     print(_markdown(summary), end="")
+    print(AUROC_LEGEND)
     print(f"wrote {args.out}/ ({', '.join(OUTPUT_NAMES)})")
     return 0
+
+
+def _score(model, variants: list, prepared: list, bar, batch_tokens: int | None, estimate: bool) -> list[dict]:
+    """The model's rows for every SNV. With ``estimate`` the first :data:`FIRST_SNVS` are scored
+    alone and timed, and the time the rest will take is said before they are scored."""
+    from biomoe.inference.score_variants import score_windows
+
+    if not estimate or len(variants) <= 2 * FIRST_SNVS:
+        return score_windows(model, variants, prepared, progress=bar, batch_tokens=batch_tokens)
+    started = time.perf_counter()
+    rows = score_windows(model, variants[:FIRST_SNVS], prepared[:FIRST_SNVS], progress=bar,
+                         batch_tokens=batch_tokens)
+    each = (time.perf_counter() - started) / FIRST_SNVS
+    _note(f"on the CPU: about {_duration(each * len(variants))} for {len(variants):,} SNVs (the first "
+          f"{FIRST_SNVS} took {each * FIRST_SNVS:.1f} s); --codons, or a GPU, makes it quicker")
+    return rows + score_windows(model, variants[FIRST_SNVS:], prepared[FIRST_SNVS:], progress=bar,
+                                batch_tokens=batch_tokens)
+
+
+def _duration(seconds: float) -> str:
+    """``40 s``, ``3.5 min``, ``1.2 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _markdown(summary: dict) -> str:
@@ -141,6 +197,11 @@ def _markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _summary_markdown(summary: dict) -> str:
+    """summary.md: the table and how to read it."""
+    return _markdown(summary) + "\n" + AUROC_LEGEND + "\n"
+
+
 def _write_outputs(folder: Path, snvs: list, model_llr, markov_llr, summary: dict) -> None:
     """All four files commit together: a reader never finds a table beside another run's summary."""
     from biomoe.files import commit_together
@@ -155,7 +216,7 @@ def _write_outputs(folder: Path, snvs: list, model_llr, markov_llr, summary: dic
                          s.codon_position, s.codon, s.klass, f"{m:.6f}", f"{k:.6f}"]
                 handle.write("\t".join(str(c) for c in cells) + "\n")
         outputs.temp(paths[1]).write_text(json.dumps(summary, indent=2) + "\n")
-        outputs.temp(paths[2]).write_text(_markdown(summary))
+        outputs.temp(paths[2]).write_text(_summary_markdown(summary))
         if not _plot(outputs.temp(paths[3]), snvs, model_llr, markov_llr, summary):
             outputs.drop(paths[3])
 

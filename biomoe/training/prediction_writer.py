@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from biomoe.errors import GenomeInputError
 from biomoe.files import commit_together
 
 
@@ -45,15 +46,18 @@ class WindowScoreWriter(BasePredictionWriter):
             return Path(trainer.log_dir) / "predictions"
         root = Path(trainer.default_root_dir)
         folder, n = root / "predictions", 0
-        while folder.exists() and any(folder.iterdir()):
+        while folder.exists() and (not folder.is_dir() or any(folder.iterdir())):  # a file there: taken too
             n += 1
             folder = root / f"predictions_{n}"
         return folder
 
+    def on_predict_start(self, trainer, pl_module) -> None:
+        """A file where the predictions folder goes is said before any window is scored."""
+        _check_folder(self._folder(trainer))
+
     def write_on_epoch_end(self, trainer, pl_module, predictions: Sequence[Any],
                            batch_indices: Sequence[Any]) -> None:
-        folder = self._folder(trainer)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = _make_folder(self._folder(trainer))
         dataset = _predict_dataset(trainer)
         rows, arrays = [], {}
         flat_preds = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
@@ -97,6 +101,25 @@ class WindowScoreWriter(BasePredictionWriter):
             with open(outputs.temp(npz), "wb") as handle:
                 np.savez_compressed(handle, **index)
         print(f"predictions: {tsv} ({len(rows)} windows), {npz}")
+
+
+def _check_folder(folder: Path) -> None:
+    """A file in the place of ``folder`` (or of a parent) is one line naming it."""
+    for path in (folder, *folder.parents):
+        if path.exists() and not path.is_dir():
+            where = "" if path == folder else f" (a parent of {folder})"
+            raise GenomeInputError(path, f"is a file, not a folder{where}: predictions are written into a "
+                                         "folder; move the file away or give another predictions folder")
+
+
+def _make_folder(folder: Path) -> Path:
+    """``folder``, created if missing (:func:`_check_folder` first)."""
+    _check_folder(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GenomeInputError(folder, f"cannot create the predictions folder ({exc.strerror or exc})") from None
+    return folder
 
 
 def _predict_dataset(trainer) -> Any:
