@@ -166,3 +166,28 @@ def test_a_bad_precision_is_one_line(trained, write_fasta, tmp_path, capsys):
                      "--precision", "fp12"]) == 2
     assert "--precision: 'fp12' is unknown" in error_line(capsys.readouterr().err)
 
+
+
+def test_a_load_selects_the_kernels_once_and_builds_the_model_once(trained, monkeypatch):
+    """One descent: kernels chosen once, the model constructed once (on the meta device, filled
+    from the file), the file read once."""
+    import biomoe.build
+    import biomoe.checkpoint.verify
+    import biomoe.inference.load
+
+    _, ckpt = trained
+    calls: list[str] = []
+
+    def counted(module, name):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, **k: (calls.append(name), real(*a, **k))[1])
+
+    counted(biomoe.inference.load, "select_backends")
+    counted(biomoe.build, "select_backends")
+    counted(biomoe.checkpoint.verify, "read_checkpoint")
+    real_init = MoETransformer.__init__
+    monkeypatch.setattr(MoETransformer, "__init__",
+                        lambda self, *a, **k: (calls.append("MoETransformer"), real_init(self, *a, **k))[1])
+    loaded = load_for_inference(ckpt, "cpu", announce=lambda line: None)
+    assert sorted(calls) == ["MoETransformer", "read_checkpoint", "select_backends"]
+    assert not loaded.module.embed.weight.is_meta
