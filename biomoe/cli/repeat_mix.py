@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     check_settings(args.k, args.switch, args.smoothing)
     start = time.perf_counter()
     dm = GenomeDataModule(fasta=args.fasta, seq_length=args.seq_length, val_fraction=args.val_fraction,
-                          val_contigs=args.val_contigs, rc_prob=0.0)
+                          val_contigs=args.val_contigs, rc_prob=0.0, packing=False)  # scored and plotted per window
     dm.setup("validate")
     if dm.val_dataset is None:
         parser.error("validation is disabled (val_fraction=0 and no val_contigs)")
