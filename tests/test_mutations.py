@@ -154,6 +154,9 @@ def test_mutations_command_writes_every_output_on_lambda(ckpt, tmp_path, capsys)
                      "--window", "64", "--device", "cpu", "--no-progress"]) == 0
     captured = capsys.readouterr()
     assert "| lambda_virus | model |" in captured.out and "SNVs" in captured.err
+    assert "0.5 = chance" in captured.out and "0.5 = chance" in (out / "summary.md").read_text()
+    estimate = [line for line in captured.err.splitlines() if "on the CPU: about" in line]
+    assert len(estimate) == 1 and "for 360 SNVs" in estimate[0]  # said before the rest were scored
     rows = (out / "mutations.tsv").read_text().splitlines()
     assert len(rows) == 1 + 40 * 9
     header = rows[0].split("\t")
@@ -170,3 +173,25 @@ def test_mutations_command_writes_every_output_on_lambda(ckpt, tmp_path, capsys)
     assert "Markov k=6" in (out / "summary.md").read_text()
     if (out / "roc.png").exists():
         assert (out / "roc.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_cpu_defaults_are_sized_to_about_a_minute(ckpt, tmp_path, capsys):
+    """Without --codons and --window a CPU run samples the CPU default of codons at short windows."""
+    from biomoe.cli.mutations import CPU_CODONS, CPU_WINDOW
+
+    trained = save_checkpoint(tmp_path / "long.ckpt", *_tiny(), data={"seq_length": 4 * CPU_WINDOW})
+    out = tmp_path / "bench"
+    assert cli_main(["mutations", str(trained), str(LAMBDA), "--out", str(out), "--device", "cpu",
+                     "--no-progress"]) == 0
+    capsys.readouterr()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["codons"] == CPU_CODONS and summary["window"] == CPU_WINDOW
+    assert sum(summary["genomes"]["lambda_virus"]["counts"].values()) == 9 * CPU_CODONS
+
+
+def _tiny():
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
+                      ffn_hidden_size=32)
+    return MoETransformer(cfg), cfg

@@ -236,3 +236,32 @@ def test_repeat_expert_without_training_fasta_is_a_one_line_error(ckpt, write_fa
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "gap.fa" in err and "repeat expert would be empty" in err
     assert not (tmp_path / "s.tsv").exists()
+
+
+def test_a_file_where_the_predictions_folder_goes_is_one_line(tmp_path):
+    from biomoe.errors import GenomeInputError
+    from biomoe.training.prediction_writer import _make_folder
+
+    blocker = tmp_path / "predictions"
+    blocker.write_text("not a folder")
+    with pytest.raises(GenomeInputError, match="is a file, not a folder") as caught:
+        _make_folder(blocker)
+    assert str(blocker) in str(caught.value) and blocker.read_text() == "not a folder"
+    with pytest.raises(GenomeInputError, match=r"a parent of .*predictions[/\\]inner"):
+        _make_folder(blocker / "inner")
+
+
+@pytest.mark.slow
+def test_predict_beside_a_file_named_predictions_writes_to_the_next_free_folder(tmp_path, capsys):
+    from pathlib import Path
+
+    from biomoe.cli.main import main as cli_main
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "predictions").write_text("a user's notes")
+    assert cli_main(["predict", "--config", str(root / "configs/tiny.yaml"), "--trainer.default_root_dir",
+                     str(tmp_path), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+                     "--data.fasta", str(root / "data/lambda_virus.fa.gz"), "--data.val_fraction", "0.02"]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "predictions").read_text() == "a user's notes"
+    assert (tmp_path / "predictions_1" / "window_scores.tsv").is_file()

@@ -182,3 +182,55 @@ def test_gzi_of_another_file_in_a_read_only_folder_is_refused(tmp_path: Path, ca
                         lambda p, m: False if Path(p) == tmp_path and m == os.W_OK else real_access(p, m))
     with pytest.raises(GenomeInputError, match=r"g\.fa\.gz\.gzi does not match the FASTA and cannot be rebuilt"):
         Genome(path, cache_dir=cache_dir)
+
+
+def test_a_protein_fasta_is_named_as_protein(tmp_path):
+    protein = tmp_path / "proteins.faa"
+    protein.write_text(">sp|P0A7Z4|RPOA_ECOLI\nMQGSVTEFLKPRLVDIEQVSSTHAKVTLEPLERGFGHTLGNALRRILLSSMPG\n")
+    with pytest.raises(GenomeInputError, match="looks like a protein"):
+        Genome([protein])
+    dna = tmp_path / "typo.fa"
+    dna.write_text(">chr1\nACGTACGTJACGT\n")  # a stray letter in DNA is not called a protein
+    with pytest.raises(GenomeInputError, match="outside IUPAC") as caught:
+        Genome([dna])
+    assert "looks like a protein" not in str(caught.value)
+
+
+@pytest.fixture
+def trained_at_64(tmp_path):
+    import torch
+
+    from biomoe.model.config import ModelConfig
+    from biomoe.model.transformer import MoETransformer
+    from conftest import save_checkpoint
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
+                      ffn_hidden_size=32)
+    return save_checkpoint(tmp_path / "m.ckpt", MoETransformer(cfg), cfg, data={"seq_length": 64})
+
+
+def test_windows_past_the_training_length_or_without_context_are_not_silent(trained_at_64, write_fasta,
+                                                                             tmp_path, capsys):
+    fasta = write_fasta({"c": random_dna(300, seed=5)})
+    common = ["score-fasta", str(trained_at_64), str(fasta), "--device", "cpu", "--no-progress"]
+    assert main([*common, "--out", str(tmp_path / "long"), "--window", "256"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("biomoe: warning:")]
+    assert len(warned) == 1 and "--window 256" in warned[0] and "64 bases the model was trained on" in warned[0]
+    assert main([*common, "--out", str(tmp_path / "none"), "--window", "1"]) == 2
+    assert "--window 1: every base would be read with no context" in _error_line(capsys.readouterr().err)
+    assert not (tmp_path / "none.tsv").exists()
+    assert main([*common, "--out", str(tmp_path / "same"), "--window", "64"]) == 0
+    assert "biomoe: warning:" not in capsys.readouterr().err
+
+
+def test_a_precision_this_cpu_cannot_run_lists_fp32_among_what_works(trained_at_64, write_fasta, tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU's answer")
+    fasta = write_fasta({"c": random_dna(100, seed=5)})
+    assert main(["score-fasta", str(trained_at_64), str(fasta), "--out", str(tmp_path / "s"), "--device", "cpu",
+                 "--precision", "fp8-current"]) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert "--precision fp8-current" in line and "precisions that work here: fp32, bf16" in line

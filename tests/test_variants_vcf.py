@@ -206,3 +206,46 @@ def test_a_plain_gzip_vcf_and_a_position_zero_are_one_line_each(ckpt, write_fast
         line = error_line(capsys.readouterr().err)
         assert str(variants) in line and problem in line
     assert not (tmp_path / "out.tsv").exists()
+
+
+def test_each_allele_of_a_multi_allelic_record_is_its_own_row(ckpt, write_fasta, tmp_path, capsys):
+    """``A  C,T`` gives one row per ALT, each naming its own allele and scored as that allele alone;
+    an insertion or deletion beside a substitution in one record is counted, the substitution scored."""
+    fasta = write_fasta({"chr1": SEQ})
+    ref = SEQ[99]
+    first, second = [b for b in "ACGT" if b != ref][:2]
+    pair = SEQ[119:121]
+    mnv = _other(pair[0]) + _other(pair[1])
+    vcf = tmp_path / "multi.vcf"
+    vcf.write_text(HEADER + f"chr1\t100\tm1\t{ref}\t{first},{second}\t.\tPASS\t.\n"
+                   f"chr1\t120\tm2\t{pair}\t{pair[0]},{mnv},{pair}A\t.\tPASS\t.\n")  # deletion, MNV, insertion
+    out = tmp_path / "multi.tsv"
+    common = [str(ckpt), str(fasta), "--window", "64", "--device", "cpu", "--no-progress"]
+    assert cli_main(["score-variants", *common, "--variants", str(vcf), "--out", str(out)]) == 0
+    assert "skipped 2 ALT allele(s)" in capsys.readouterr().err
+    rows = [line.split("\t") for line in out.read_text().splitlines()[1:]]
+    assert [(r[1], r[2], r[3], r[4]) for r in rows] == [("100", "m1", ref, first), ("100", "m1", ref, second),
+                                                         ("120", "m2", pair, mnv)]
+    for row in rows:  # each allele scored as if it were the only one
+        single = tmp_path / f"one_{row[4]}.tsv"
+        single.write_text(f"chr1\t{row[1]}\t{row[3]}\t{row[4]}\n")
+        alone = tmp_path / f"alone_{row[4]}.tsv"
+        assert cli_main(["score-variants", *common, "--variants", str(single), "--out", str(alone)]) == 0
+        assert alone.read_text().splitlines()[1].split("\t")[5:] == row[5:]
+    capsys.readouterr()
+
+
+def test_the_skipped_list_exists_when_every_variant_is_skipped(ckpt, write_fasta, tmp_path, capsys):
+    from conftest import error_line
+
+    fasta = write_fasta({"chr1": SEQ})
+    table = tmp_path / "v.tsv"
+    table.write_text("chrX\t5\tA\tC\nchr1\t401\tA\tC\n")
+    out = tmp_path / "effects.tsv"
+    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table), "--out", str(out),
+                     "--skip-mismatched", "--window", "64"]) == 2
+    line = error_line(capsys.readouterr().err)
+    listed = tmp_path / "effects.skipped.tsv"
+    assert "all 2 variants were skipped" in line and str(listed) in line and not out.exists()
+    rows = [r.split("\t") for r in listed.read_text().splitlines()]
+    assert rows[0][-1] == "reason" and [r[0] for r in rows[1:]] == ["chrX", "chr1"]

@@ -81,10 +81,12 @@ _PROTEIN_LETTERS = frozenset(b"ACDEFGHIKLMNPQRSTVWYXBZJOU*acdefghiklmnpqrstvwyxb
 
 
 def _protein_hint(piece: bytes) -> str:
-    """``; it looks like a protein ...`` when the line is amino-acid letters, some of them ones no
-    nucleotide code uses; else empty (a stray character in DNA gets no such guess)."""
+    """``; it looks like a protein ...`` when the line is amino-acid letters, a tenth of them or more
+    ones no nucleotide code uses; else empty (a stray character in DNA gets no such guess)."""
     letters = set(piece)
-    if not letters <= _PROTEIN_LETTERS or not letters & _PROTEIN_ONLY:
+    only = sum(piece.count(bytes([code])) for code in letters & _PROTEIN_ONLY)
+    # in proteins E, F, I, L, P and Q are about a third of the residues; one stray letter is a typo
+    if not letters <= _PROTEIN_LETTERS or len(letters & _PROTEIN_ONLY) < 2 or only < 0.1 * len(piece):
         return ""
     return ("; this looks like a protein (amino-acid) sequence: biomoe reads nucleotide FASTA "
             "(A, C, G, T and IUPAC codes such as N)")
