@@ -18,6 +18,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,7 +27,9 @@ from biomoe.model.activation_checkpointing import apply_activation_checkpointing
 from biomoe.model.compile import apply_compile
 from biomoe.model.config import ModelConfig, RuntimeConfig
 from biomoe.model.transformer import MoETransformer
-from biomoe.parallel.parallelize import ParallelPlan, apply_data_parallelism, apply_expert_parallelism, materialize
+
+if TYPE_CHECKING:  # imported where a plan is applied: FSDP and DTensor take most of a second to import
+    from biomoe.parallel.parallelize import ParallelPlan
 
 log = logging.getLogger(__name__)
 
@@ -116,14 +119,20 @@ def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
     # else: a plain model the caller built (e.g. given weights); it keeps its own kernels and gets
     # the same parallel steps, in the same order.
     if plan is not None:
+        from biomoe.parallel.parallelize import apply_expert_parallelism
+
         apply_expert_parallelism(model, plan)
     if runtime.activation_checkpointing:
         apply_activation_checkpointing(model)
     if runtime.compile:
         apply_compile(model, **({} if runtime.compile_mode == "default" else {"mode": runtime.compile_mode}))
     if plan is not None:
+        from biomoe.parallel.parallelize import apply_data_parallelism
+
         apply_data_parallelism(model, plan)
     if any(p.is_meta for p in model.parameters()):
+        from biomoe.parallel.parallelize import materialize
+
         materialize(model, device)
     announce(selection.summary(trainer_precision))
     return BuiltModel(model, selection, announce)

@@ -35,7 +35,7 @@ from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.checkpoint.verify import check_checkpoint_file, check_shapes, verify_checkpoint
 from biomoe.errors import ConfigError, GenomeInputError
 from biomoe.model.config import LAYER_BACKEND_FIELDS, ModelConfig, RuntimeConfig
-from biomoe.model.meta import meta_model
+from biomoe.model.meta import empty_on, meta_model
 from biomoe.model.moe.router import TopKRouter
 from biomoe.model.transformer import ModelOutput, MoETransformer
 from biomoe.precisions import PRECISIONS, parse_precision
@@ -210,8 +210,7 @@ def _allocated(model: MoETransformer, device: torch.device, dtype: torch.dtype) 
     initialised: the checkpoint's weights overwrite every parameter, and a random initialisation
     first would cost about a second per 100 M parameters on a CPU. The router statistics
     (buffers no checkpoint holds) start at zero, as after ``build_model``."""
-    model.to_empty(device=device)
-    model = _in_inference_dtypes(model, dtype)
+    model = _in_inference_dtypes(empty_on(model, device), dtype)
     for layer in model.moe_layers():
         layer.router.reset_stats()
     return model

@@ -13,13 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from biomoe.model.backends import TORCH_BACKENDS, LayerBackends
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
 
-__all__ = ["meta_model"]
+__all__ = ["empty_on", "meta_model"]
 
 
 class _SkipInitialisers(TorchFunctionMode):
@@ -37,3 +38,24 @@ def meta_model(config: ModelConfig, backends: LayerBackends = TORCH_BACKENDS) ->
     shapes and dtypes only (``to_empty`` gives them memory)."""
     with torch.device("meta"), _SkipInitialisers():
         return MoETransformer(config, backends)
+
+
+def empty_on(model: nn.Module, device: torch.device | str) -> nn.Module:
+    """``model.to_empty(device=device)`` for a meta-device model, tied tensors kept tied.
+
+    ``to_empty`` allocates each tensor with ``torch.empty_like`` of a meta tensor, whose Python
+    reference imports torch's symbolic-shapes machinery (a third of a second); a plain
+    ``torch.empty`` of the same shape and dtype allocates the same uninitialised memory. A tensor
+    two modules share (tied embeddings) stays one tensor."""
+    made: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if id(param) not in made:
+                made[id(param)] = nn.Parameter(torch.empty(param.shape, dtype=param.dtype, device=device),
+                                               requires_grad=param.requires_grad)
+            setattr(module, name, made[id(param)])
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if id(buffer) not in made:
+                made[id(buffer)] = torch.empty(buffer.shape, dtype=buffer.dtype, device=device)
+            setattr(module, name, made[id(buffer)])  # an existing buffer keeps its persistence
+    return model
