@@ -40,11 +40,12 @@ def test_a_failed_start_leaves_the_previous_run_unchanged(tmp_path: Path, capsys
     assert "config.yaml" in before and any(name.endswith("last.ckpt") for name in before)
     capsys.readouterr()
 
-    # A resume whose model options disagree with the checkpoint stops before anything is built.
+    # A resume whose model options disagree with the newest last checkpoint (another run's) stops
+    # before anything is built, naming each difference.
     assert _fit(tmp_path, "--ckpt_path", "last", "--model.config.hidden_size", "64",
                 "--model.config.num_layers", "3", "--trainer.max_steps", "4") != 0
     line = _last_error(capsys.readouterr().err)
-    assert "cannot resume: model.config differs" in line
+    assert "ckpt_path 'last'" in line and "is another run's" in line
     assert "hidden_size: 64 here, 32 in the checkpoint" in line and "num_layers: 3 here, 2 in the checkpoint" in line
     assert _record(run) == before
 

@@ -156,8 +156,8 @@ class BioMoECLI(LightningCLI):
         """Lightning's, and a run that never started leaves no folder behind: a start that fails
         (a precision this machine lacks, data that cannot be used) removes the version folder it
         created, so ``runs/`` lists only runs that ran (:func:`remove_unstarted_run_folder`)."""
-        log_dir = self.trainer.log_dir if self.trainer.is_global_zero else None
-        created = log_dir is not None and not os.path.exists(log_dir)
+        log_dir = self.trainer.log_dir  # every rank asks (a broadcast once processes are joined)
+        created = self.trainer.is_global_zero and log_dir is not None and not os.path.exists(log_dir)
         try:
             super()._run_subcommand(subcommand)
         except BaseException:
@@ -378,9 +378,8 @@ class BioMoECLI(LightningCLI):
         differ = differences(run_identity(self.config["fit"]), checkpoint_identity(read_checkpoint(chosen)))
         if differ:
             raise GenomeInputError(chosen, f"ckpt_path 'last': the newest last checkpoint under {shown} is another "
-                                   f"run's ({'; '.join(differ)}); resume it with its own settings, pass "
-                                   "--ckpt_path with a checkpoint of this run, or start this run in a folder of "
-                                   "its own with --trainer.default_root_dir")
+                                   f"run's ({'; '.join(differ)}); resume it with its own settings, or start "
+                                   "this run in its own folder (--trainer.default_root_dir)")
         print(f"biomoe: ckpt_path 'last': using {chosen} (the newest last*.ckpt under {shown}; same data, "
               "model and precision as this command)", file=sys.stderr)
         return chosen

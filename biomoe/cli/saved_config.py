@@ -13,8 +13,8 @@ genome that does not fit) leaves the previous run's record as it was.
 A run never changes an earlier run's files. Without a logger the log dir is the run folder itself,
 so a second ``fit`` there would replace the first run's ``config.yaml`` (and then its checkpoints):
 it stops in one line instead, before its first step. A ``fit`` that resumes a checkpoint inside
-that folder is the same run and keeps the ``config.yaml`` it started with; ``validate``/``test``/
-``predict`` never replace one.
+that folder is the same run, and its ``config.yaml`` then describes the resumed run;
+``validate``/``test``/``predict`` never replace one.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class AtomicSaveConfigCallback(SaveConfigCallback):
                                                 "changes; give this run another --trainer.default_root_dir, keep a "
                                                 "logger (a new version folder per run), or resume that run with "
                                                 "--ckpt_path last")
-            if trainer.is_global_zero and not earlier:
+            if trainer.is_global_zero and (stage == "fit" or not earlier):  # a resumed run: its record
                 files.write_text(config_path, self.parser.dump(self.config, skip_none=False))
             self.save_to_log_dir = False  # written: the parent only runs the save_config hook now
         super().setup(trainer, pl_module, stage)
