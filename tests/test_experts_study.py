@@ -65,3 +65,15 @@ def test_report_groups_genomes_by_split(tmp_path: Path) -> None:
     assert c.curve["seen species"][0][0] == 10 * 400  # tokens after step index 9
     assert c.tokens_per_s == 1000.0
     json.dumps(experts.asdict(c))
+
+
+def test_report_compares_at_equal_tokens_and_counts_tokens_to_dense() -> None:
+    moe = experts.Contender("base-moe", 100, curve={"held-out strains": [(100, 1.9), (200, 1.8), (300, 1.7)]})
+    dense = experts.Contender("base-dense", 100, curve={"held-out strains": [(100, 1.95), (200, 1.85)]})
+    assert experts.at_tokens(moe, "held-out strains", 200) == 1.8
+    assert experts.tokens_to_reach(moe, "held-out strains", 1.85) == 200
+    table = experts.markdown([moe, dense], "cmd")
+    assert "after 0.0M training tokens" in table  # the common point is 200 tokens, not moe's 300
+    row = next(line for line in table.splitlines() if line.startswith("| base-moe"))
+    assert "1.8000" in row and "1.7000" not in row
+    assert "1.00x" in row  # moe reaches dense's 1.85 at 200 of 200 tokens

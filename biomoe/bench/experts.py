@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -133,13 +134,23 @@ def run(args: argparse.Namespace) -> int:
             log = (out / name / "fit.log").open("w")
             procs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), time.perf_counter())
             print(f"started {name}", file=sys.stderr, flush=True)
+    deadline = time.perf_counter() + args.time_limit if args.time_limit else None
+    while deadline is not None and any(p.poll() is None for p, _ in procs.values()):
+        if time.perf_counter() > deadline:
+            # SIGTERM: each fit finishes its step, saves last.ckpt and exits; the curves so far stay.
+            print(f"time limit {args.time_limit:.0f} s: stopping the fits still running", file=sys.stderr, flush=True)
+            for p, _ in procs.values():
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            break
+        time.sleep(1.0)
     failed = 0
     for name, (proc, started) in procs.items():
         code = proc.wait()
         wall = time.perf_counter() - started
         write_text(out / name / "wall.json", json.dumps({"wall_s": wall, "exit": code}) + "\n")
         print(f"{name}: exit {code} after {wall:.0f} s", file=sys.stderr, flush=True)
-        failed += code != 0
+        failed += code not in (0, 143)  # 143: stopped at the time limit, curves kept
     return 1 if failed else 0
 
 
@@ -204,17 +215,43 @@ def _data_shape(run_dir: Path, value: dict[str, str]) -> tuple[int, int]:
     return int(value.get("--data.batch_size", 64)), int(value.get("--data.seq_length", 1024))
 
 
+def at_tokens(c: Contender, group: str, tokens: int) -> float | None:
+    """The group's bits/base at the validation nearest below ``tokens`` (None before the first)."""
+    points = [p for p in c.curve.get(group, []) if p[0] <= tokens]
+    return points[-1][1] if points else None
+
+
+def tokens_to_reach(c: Contender, group: str, target: float) -> int | None:
+    """Tokens at the first validation where the group's bits/base is at or below ``target``."""
+    return next((t for t, v in c.curve.get(group, []) if v <= target), None)
+
+
 def markdown(contenders: list[Contender], command: str) -> str:
+    """Held-out bits/base at the largest token count every contender reached (equal tokens), and how
+    soon each reaches the dense model's bits/base there."""
     groups = list(GROUPS.values())
-    lines = ["| model | " + " | ".join(groups) + " | tokens | tokens/s (side by side) | wall |",
+    reached = [max((p[0] for pts in c.curve.values() for p in pts), default=0) for c in contenders]
+    common = min(reached) if reached else 0
+    dense = next((c for c in contenders if c.name.endswith("dense")), None)
+    lines = [f"Held-out bits/base after {common / 1e6:.1f}M training tokens (every contender's validation at that "
+             "point; mean over the genomes of each group), the tokens each needed to reach the dense model's "
+             "bits/base there, throughput side by side on one GPU and wall time.", "",
+             "| model | " + " | ".join(groups) + " | tokens to dense's (held-out strains / species) | tokens/s (side by side) | wall |",
              "| --- | " + " | ".join("---:" for _ in groups) + " | ---: | ---: | ---: |"]
     for c in contenders:
-        tokens = max((p[0] for pts in c.curve.values() for p in pts), default=0)
-        cells = [f"{c.final[g]:.4f}" if g in c.final else "–" for g in groups]
+        cells = []
+        for g in groups:
+            value = at_tokens(c, g, common)
+            cells.append("–" if value is None else f"{value:.4f}")
+        ratios = []
+        for g in ("held-out strains", "held-out species"):
+            target = at_tokens(dense, g, common) if dense is not None else None
+            need = tokens_to_reach(c, g, target) if target is not None else None
+            ratios.append("–" if need is None or not common else f"{need / common:.2f}x")
         speed = f"{c.tokens_per_s / 1e3:.0f}k" if c.tokens_per_s else "–"
         wall = f"{c.wall_s:.0f} s" if c.wall_s else "–"
-        lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {tokens / 1e6:.1f}M | {speed} | {wall} |")
-    return "\n".join(lines) + f"\n\nHeld-out bits/base at the last validation (mean over the genomes of each group).\n\n```bash\n{command}\n```\n"
+        lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {' / '.join(ratios)} | {speed} | {wall} |")
+    return "\n".join(lines) + f"\n\n```bash\n{command}\n```\n"
 
 
 def plot(contenders: list[Contender], path: Path) -> None:
@@ -273,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--steps", type=int, default=1500)
     r.add_argument("--evaluations", type=int, default=6)
     r.add_argument("--out", required=True)
+    r.add_argument("--time-limit", type=float, default=0.0,
+                   help="seconds after which every fit still running is stopped by SIGTERM (0: none)")
     r.add_argument("extra", nargs="*", help="more cli.py fit options for every contender (after --)")
     p = sub.add_parser("report", help="tables and curves from the runs")
     p.add_argument("runs")
