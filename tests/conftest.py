@@ -89,3 +89,21 @@ def error_line(stderr: str) -> str:
     assert "Traceback" not in stderr, stderr[-3000:]
     assert lines and lines[-1].startswith("biomoe: error: "), stderr[-3000:]
     return lines[-1]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """End the session when its tests end: torch.compile (the compiled AdamW and per-block graph
+    tests on a GPU) leaves a pool of compile-worker processes that the interpreter otherwise waits
+    for at exit, so a run printed its result and then sat for tens of seconds. The pool is shut
+    down after the last test, pytest's exit status is left as it is, and any other non-daemon
+    thread still running (the next thing that would keep the process alive) is named, not hidden."""
+    import threading
+
+    from biomoe.compat.inductor import shutdown_compile_workers
+
+    shutdown_compile_workers()
+    lingering = [t.name for t in threading.enumerate()
+                 if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if lingering and reporter is not None:
+        reporter.write_line(f"threads still running after the tests: {', '.join(lingering)}")
