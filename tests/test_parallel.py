@@ -435,7 +435,7 @@ def _metric_callbacks_under_ep(rank: int, world: int, root: str) -> None:
 
     def datamodule() -> GenomeDataModule:
         return GenomeDataModule(fasta=str(Path(root) / "g.fa"), seq_length=64, batch_size=2, val_fraction=0.25,
-                                rc_prob=0.0, cache_dir=str(Path(root) / f"cache{rank}"))
+                                rc_prob=0.0, cache_dir=str(Path(root) / f"cache{rank}"), packing=False)
 
     cfg = tiny_config(vocab_size=64)
     module = BioMoEModule(cfg, OptimConfig(), log_expert_load_every_n_steps=0)

@@ -62,7 +62,9 @@ def test_fasta_genome_and_memory_reader_both_implement_the_protocol(write_fasta,
 
 def test_batches_are_the_readers_bases_and_splits_share_none() -> None:
     reader = _reader()
-    dm = GenomeDataModule.from_reader(reader, seq_length=50, batch_size=4, val_fraction=0.2, rc_prob=0.0)
+    # fixed windows (packing off): every row is one reader window, named by dataset.window(i)
+    dm = GenomeDataModule.from_reader(reader, seq_length=50, batch_size=4, val_fraction=0.2, rc_prob=0.0,
+                                      packing=False)
     dm.setup("fit")
     assert dm.hparams["fasta"] == ["alpha.mem", "beta.mem"]  # checkpoints record what was read
     assert dm.genome_labels == ["alpha", "beta"] and dm.train_bases == 960 + 640 + 800
@@ -84,7 +86,7 @@ def test_batches_are_the_readers_bases_and_splits_share_none() -> None:
 
 def test_held_out_files_and_contigs_are_named_as_the_reader_names_them() -> None:
     dm = GenomeDataModule.from_reader(_reader(), seq_length=50, val_files=["beta"], test_contigs=["a2"],
-                                      val_fraction=0.0)
+                                      val_fraction=0.0, packing=False)
     dm.setup("fit")
     assert {dm.val_dataset.window(i)[0] for i in range(len(dm.val_dataset))} == {"b1"}
     assert {dm.test_dataset.window(i)[0] for i in range(len(dm.test_dataset))} == {"a2"}
@@ -140,7 +142,7 @@ def tables_registered(monkeypatch):
 def test_a_registered_suffix_picks_its_reader(tables_registered, tmp_path, write_fasta) -> None:
     a = _write_table(tmp_path / "a.seqs", {"x": random_dna(600, 5)})
     b = _write_table(tmp_path / "b.SEQS.txt", {"y": random_dna(400, 6)})
-    dm = GenomeDataModule(fasta=[str(a), str(b)], seq_length=100, val_fraction=0.25)
+    dm = GenomeDataModule(fasta=[str(a), str(b)], seq_length=100, val_fraction=0.25, packing=False)  # windows counted
     dm.setup("fit")
     assert isinstance(dm.genome, MemoryReader) and dm.genome_labels == ["a", "b"]
     assert len(dm.train_dataset) == 4 + 3 and len(dm.val_dataset) == 1 + 1

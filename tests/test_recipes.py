@@ -111,7 +111,7 @@ def test_every_package_is_listed_for_the_wheel():
 # Every shipped config on a CPU
 # ---------------------------------------------------------------------------------------------
 SMALL = ["--data.fasta", str(LAMBDA), "--data.seq_length", "64", "--data.stride", "64", "--data.batch_size", "2",
-         "--data.num_workers", "0", "--data.test_files", "null",
+         "--data.num_workers", "0", "--data.test_files", "null", "--data.val_files", "null",
          "--trainer.max_steps", "2", "--trainer.max_time", "null", "--trainer.val_check_interval", "2",
          "--trainer.limit_val_batches", "1", "--trainer.num_sanity_val_steps", "0",
          "--model.config.hidden_size", "32", "--model.config.num_layers", "2", "--model.config.num_heads", "4",

@@ -189,7 +189,7 @@ def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
 
     def log_probs(batch):
         with torch.no_grad():
-            return torch.log_softmax(module.model(batch["input_ids"]).logits.float(), -1)
+            return torch.log_softmax(module.model(batch["input_ids"], position_ids=batch.get("position_ids")).logits.float(), -1)
 
     expected = score(dm, log_probs, callback.table, callback.switch, callback.smoothing, batch_size=4,
                      per_window=True)

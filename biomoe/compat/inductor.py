@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["shutdown_compile_workers"]
+__all__ = ["TESTED_WITH", "shutdown_compile_workers"]
+
+TESTED_WITH = ("2.11", "2.13")
 
 
 def shutdown_compile_workers() -> bool:

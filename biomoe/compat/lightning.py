@@ -19,7 +19,7 @@ from typing import Any
 TESTED_WITH = ("2.6",)
 
 OVERRIDDEN: dict[str, tuple[str, ...]] = {
-    "lightning.pytorch.cli.LightningCLI": ("_add_subcommands", "_parse_ckpt_path"),
+    "lightning.pytorch.cli.LightningCLI": ("_add_subcommands", "_parse_ckpt_path", "_run_subcommand"),
     "lightning.pytorch.callbacks.RichProgressBar": ("_get_train_description",),
 }
 """Private methods biomoe's subclasses override: class path -> method names."""

@@ -37,12 +37,21 @@ LogProbs = Callable[[dict[str, Tensor]], Tensor]
 """A base model for :func:`score`: a validation batch -> ``[B, T, V]`` log-probabilities."""
 
 
+def _row_origin(dataset, index: int) -> tuple[str, int]:
+    """Contig and start of a validation row: its window, or the first document of a packed row."""
+    if hasattr(dataset, "window"):
+        contig, start, _ = dataset.window(index)
+    else:
+        contig, start, _ = dataset.documents(index)[0]
+    return contig, start
+
+
 def score(datamodule: GenomeDataModule, base_log_probs: LogProbs, table: RepeatTable, switch: float,
           smoothing: float, batch_size: int = 64, per_window: bool = False, follow_copies: bool = False) -> dict:
     """Sums over the validation windows. ``base_log_probs(batch) -> [B, T, V]`` log-probabilities.
     ``mixed`` is the expert following copies with ``follow_copies`` (then ``exact_mixed`` is the
     exact-match mixture beside it), exact matches only without.
-    ``per_window`` adds ``windows``: contig, start, bases scored, bits/base alone and mixed, and the
+    ``per_window`` adds ``windows``: contig, start (of a packed row: its first document), bases scored, bits/base alone and mixed, and the
     share of bases after a training k-mer, for each validation window in order."""
     sums = {"base": 0.0, "mixed": 0.0, "base_on_repeats": 0.0, "mixed_on_repeats": 0.0}
     positions = covered = 0
@@ -68,7 +77,7 @@ def score(datamodule: GenomeDataModule, base_log_probs: LogProbs, table: RepeatT
             mixed = (-(mixed_ll * mask).sum(-1) / n / LN2).tolist()
             share = (repeat.sum(-1) / n).tolist()
             for row in range(mask.shape[0]):
-                contig, start, _ = dataset.window(len(windows))
+                contig, start = _row_origin(dataset, len(windows))
                 windows.append({"contig": contig, "start": start, "bases": int(mask[row].sum()),
                                 "alone": alone[row], "mixed": mixed[row], "repeat_fraction": share[row]})
     bits = {name: value / LN2 / max(positions if "repeats" not in name else covered, 1)

@@ -60,7 +60,7 @@ class RepeatMixture(EvaluationPassCallback):
         if stage not in self._sums:
             return
         with trainer.precision_plugin.forward_context():
-            logits = pl_module(batch["input_ids"]).logits
+            logits = pl_module(batch["input_ids"], batch.get("position_ids")).logits
         scores = score_batch(self.table, torch.log_softmax(logits.float(), -1), batch["labels"], self.switch,
                              self.smoothing, self.follow_copies)
         mask = batch["loss_mask"].bool()
