@@ -77,3 +77,24 @@ def test_report_compares_at_equal_tokens_and_counts_tokens_to_dense() -> None:
     row = next(line for line in table.splitlines() if line.startswith("| base-moe"))
     assert "1.8000" in row and "1.7000" not in row
     assert "1.00x" in row  # moe reaches dense's 1.85 at 200 of 200 tokens
+
+
+def test_report_names_a_contender_without_a_curve_and_reports_the_rest(tmp_path: Path, capsys) -> None:
+    runs = tmp_path / "runs"
+    good = runs / "base-moe"
+    (good / "version_0").mkdir(parents=True)
+    (good / "command.txt").write_text("cli.py fit --data.fasta s\n")
+    (good / "version_0" / "config.yaml").write_text("data:\n  batch_size: 4\n  seq_length: 100\n")
+    (good / "version_0" / "metrics.csv").write_text("step,val/strain/bits_per_base\n9,1.95\n")
+    failed = runs / "4x-moe"
+    failed.mkdir()
+    (failed / "command.txt").write_text("cli.py fit --data.fasta s\n")
+    (failed / "fit.log").write_text("starting\nbiomoe: error: CUDA out of memory\n")
+    splits = tmp_path / "splits.tsv"
+    splits.write_text("file\tsplit\nstrain.fa\theldout-strain\n")
+    out = tmp_path / "report"
+    assert experts.main(["report", str(runs), "--splits", str(splits), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [c["name"] for c in summary["contenders"]] == ["base-moe"]
+    assert summary["without_curve"] == ["4x-moe: no metrics (biomoe: error: CUDA out of memory)"]
+    assert "4x-moe" in (out / "summary.md").read_text() and "4x-moe" in capsys.readouterr().err

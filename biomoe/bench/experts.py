@@ -174,13 +174,23 @@ def _label(file_name: str) -> str:
     return file_name
 
 
+class NoCurve(Exception):
+    """A contender whose fit never logged a validation (it failed to start or stopped first)."""
+
+
+def _last_line(log: Path) -> str:
+    """The fit's last output line: why a contender has no curve."""
+    lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+    return lines[-1][:300] if lines else "no fit.log"
+
+
 def read_contender(run_dir: Path, splits: dict[str, str]) -> Contender:
     """Per-group mean of the per-genome validation bits/base (each genome counts once) at every validation."""
     command = (run_dir / "command.txt").read_text().split()
     value = {command[i]: command[i + 1] for i in range(len(command) - 1) if command[i].startswith("--")}
     metrics = sorted(run_dir.glob("version_*/metrics.csv"))
     if not metrics:
-        raise SystemExit(f"biomoe: error: {run_dir}: no version_*/metrics.csv (did the fit start? see fit.log)")
+        raise NoCurve(f"{run_dir.name}: no metrics ({_last_line(run_dir / 'fit.log')})")
     label_split = {_label(f): s for f, s in splits.items()}
     rows = list(csv.DictReader(metrics[-1].open()))
     c = Contender(run_dir.name, 0)
@@ -282,15 +292,27 @@ def plot(contenders: list[Contender], path: Path) -> None:
 def report(args: argparse.Namespace) -> int:
     splits = read_splits(args.splits)
     runs = sorted(p for p in Path(args.runs).iterdir() if (p / "command.txt").exists())
-    contenders = [read_contender(p, splits) for p in runs]
+    contenders, missing = [], []
+    for run_dir in runs:
+        try:
+            contenders.append(read_contender(run_dir, splits))
+        except NoCurve as why:  # reported beside the others, not instead of them
+            missing.append(str(why))
+            print(f"biomoe: warning: {why}", file=sys.stderr)
+    if not contenders:
+        print(f"biomoe: error: {args.runs}: no contender logged a validation", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = args.command or " ".join(["python -m biomoe.bench.experts report", args.runs])
-    write_text(out / "summary.json", json.dumps({"command": command, "contenders": [asdict(c) for c in contenders]},
-                                                indent=1) + "\n")
-    write_text(out / "summary.md", markdown(contenders, command))
+    write_text(out / "summary.json", json.dumps({"command": command, "contenders": [asdict(c) for c in contenders],
+                                                 "without_curve": missing}, indent=1) + "\n")
+    text = markdown(contenders, command)
+    if missing:
+        text += "\nNo curve: " + "; ".join(missing) + "\n"
+    write_text(out / "summary.md", text)
     plot(contenders, out / "curves.png")
-    print(markdown(contenders, command))
+    print(text)
     return 0
 
 
