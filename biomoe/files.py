@@ -38,6 +38,7 @@ __all__ = ["OutputSet", "commit_together", "sweep_stale_temps", "atomic_path", "
 PathLike = str | os.PathLike[str]
 
 _protected: list[Path] = []  # inputs of the command that is running (see protect_inputs)
+_replaced: list[str] = []  # outputs of the running command that exist already (see check_outputs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,6 +76,7 @@ def input_scope() -> Iterator[None]:
     command inside one, so in-process callers running several commands do not mix them up)."""
     saved = list(_protected)
     _protected.clear()
+    _replaced.clear()
     try:
         yield
     finally:
@@ -120,12 +122,20 @@ def check_outputs(outputs: Iterable[PathLike | None], inputs: Iterable[PathLike 
         os.unlink(tmp)
         if dest.exists():
             existing.append(os.fspath(output))
-    if existing:
-        # The one policy for outputs that exist: replaced, said here, and only once the new file
-        # is complete (atomic rename), so a failed run leaves the old one as it was.
-        shown = ", ".join(existing[:3]) + (f" (+{len(existing) - 3} more)" if len(existing) > 3 else "")
-        # stdout, beside the command's "wrote ..." lines: stderr stays one line when an input is bad
-        print(f"biomoe: note: replacing {shown} when this command finishes")
+    # The one policy for outputs that exist: replaced only once the new file is complete (atomic
+    # rename), so a failed run leaves the old one as it was; said when the command has succeeded
+    # (:func:`replaced_outputs`), so a command that then fails prints no note about files it kept.
+    _replaced.extend(o for o in existing if o not in _replaced)
+
+
+def replaced_outputs() -> str | None:
+    """The note for outputs of this command that existed before it, once it has succeeded (then
+    forgotten): ``biomoe: note: replaced a.tsv, b.npz``; None when it replaced nothing."""
+    if not _replaced:
+        return None
+    shown = ", ".join(_replaced[:3]) + (f" (+{len(_replaced) - 3} more)" if len(_replaced) > 3 else "")
+    _replaced.clear()
+    return f"biomoe: note: replaced {shown} (the earlier output)"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -281,3 +281,24 @@ def test_user_text_drops_a_spreadsheet_byte_order_mark():
     from biomoe.files import decode_user_text
 
     assert decode_user_text("\ufeffchr\t10\tA\tC\n".encode("utf-8"), "v.tsv", "a text table") == "chr\t10\tA\tC\n"
+
+
+def test_a_replaced_output_is_named_only_once_the_command_has_succeeded(inputs: dict[str, Path],
+                                                                         tmp_path: Path, capsys) -> None:
+    out = tmp_path / "effects.tsv"
+    argv = ["score-variants", str(inputs["ckpt"]), str(inputs["fasta"]), "--variants", str(inputs["variants"]),
+            "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    assert "note: replac" not in capsys.readouterr().out  # nothing was there before
+    earlier = out.read_bytes()
+    wrong_ref = tmp_path / "wrong.tsv"
+    line = inputs["variants"].read_text().splitlines()[1].split("\t")
+    line[2], line[3] = line[3], "G" if line[3] != "G" else "T"  # a REF the genome does not have
+    wrong_ref.write_text("contig\tposition\tref\talt\n" + "\t".join(line) + "\n")
+    failing = argv[:4] + [str(wrong_ref)] + argv[5:]
+    assert main(failing) == 2
+    captured = capsys.readouterr()
+    assert "note: replac" not in captured.out + captured.err  # the earlier output stays, and nothing says so
+    assert out.read_bytes() == earlier
+    assert main(argv) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"biomoe: note: replaced {out} (the earlier output)"

@@ -35,6 +35,14 @@ from biomoe.checkpoint.safe_types import TRUST_OPTION, trusted, trusting
 __all__ = ["main", "summarize_argument_error"]
 
 
+def _say_replaced(code: int) -> None:
+    """Outputs that existed before the command: named once it has succeeded (stdout, beside its
+    "wrote ..." lines); after a failure they are as they were, and nothing is said."""
+    note = files.replaced_outputs()
+    if note and code == 0:
+        print(note)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Lightning announces its own Ctrl-C handling; main() says it in one line instead.
@@ -70,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
                 module_name, func_name = EXTRA_COMMANDS[argv[0]].split(":")
                 # Each command's module is imported only when it runs: ``--help`` stays quick.
                 module = importlib.import_module(module_name)
-                return int(getattr(module, func_name)(argv[1:]) or 0)
+                code = int(getattr(module, func_name)(argv[1:]) or 0)
+                _say_replaced(code)
+                return code
             if argv[:1] and argv[0] in LIGHTNING_COMMANDS and help_cache.is_help_request(argv):
                 _lightning_help(argv)
             # Lightning and torch are imported only for the commands that need them (start-up time).
@@ -79,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
             check_config_files(argv)
             run_lightning_cli(argv)
+            _say_replaced(0)
         return 0
     except ArgumentError as err:  # jsonargparse: wrong key or type (exit_on_error=False)
         if debug:
