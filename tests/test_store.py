@@ -27,7 +27,7 @@ from biomoe.data.registry import open_reader
 from biomoe.data.samplers import EpochSeededRandomSampler, ResumableBatchSampler
 from biomoe.data.store import MANIFEST, StoreReader
 from biomoe.data.store_prepare import prepare_store
-from biomoe.data.store_twobit import RecordEncoder, iter_pieces, write_twobit
+from biomoe.data.store_twobit import RecordEncoder, TwoBitFile, iter_pieces, write_twobit
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ModelConfig, OptimConfig
 from biomoe.training.module import BioMoEModule
@@ -156,7 +156,8 @@ def test_each_shard_is_hashed_once_per_file_state(store, cache_dir, monkeypatch)
     StoreReader(store, cache_dir=cache_dir)
     StoreReader(store, cache_dir=cache_dir)
     shards = json.loads((store / MANIFEST).read_text())["shards"]
-    assert sorted(hashed) == sorted(set(hashed)) and len(hashed) == len(shards)  # each once, not again
+    files = [s["file"] for s in shards] + [s["mask"]["file"] for s in shards if "mask" in s]
+    assert sorted(hashed) == sorted(store / f for f in files)  # each once, not again
     shard = store / "shard-00001.2bit"
     os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))  # touched: checked again
     StoreReader(store, cache_dir=cache_dir)
@@ -308,3 +309,37 @@ def test_fit_steps_from_a_store_equal_those_from_its_fasta(inputs, store, cache_
     assert start.keys() == from_fasta.keys()
     assert any(not torch.equal(start[k], from_fasta[k]) for k in start)  # training changed the weights
     assert all(torch.equal(from_fasta[k], from_store[k]) for k in from_fasta)
+
+
+def test_soft_mask_runs_beside_the_shards_or_inside_them_read_back_the_same(inputs, store, tmp_path,
+                                                                            cache_dir) -> None:
+    """``--soft-mask compact`` (the default) keeps the lowercase runs in a deflated table beside each
+    shard and none in the .2bit; ``twobit`` keeps them inside. Both read back the FASTA exactly, and a
+    store of format version 1 (runs inside, no mask files) still reads."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prepare_store(inputs, tmp_path / "t.store", shard_bases=12_000, cache_dir=cache_dir, soft_mask="twobit",
+                      say=lambda _: None)
+    compact, inside = json.loads((store / MANIFEST).read_text()), json.loads((tmp_path / "t.store" / MANIFEST).read_text())
+    assert all(s["mask"]["runs"] > 0 for s in compact["shards"]) and not any("mask" in s for s in inside["shards"])
+    assert compact["bytes"] < inside["bytes"]
+    for shard in compact["shards"]:  # the .2bit of a compact store has no mask block
+        two_bit = TwoBitFile(store / shard["file"])
+        assert all(len(two_bit.record(i).mask_starts) == 0 for i in range(len(two_bit.names)))
+    fasta = fasta_genome(inputs, cache_dir)
+    manifest = tmp_path / "t.store" / MANIFEST
+    manifest.write_text(manifest.read_text().replace('"version": 2', '"version": 1'))
+    for reader in (StoreReader(store, cache_dir=cache_dir), StoreReader(tmp_path / "t.store", cache_dir=cache_dir)):
+        for index, contig in enumerate(fasta.contigs):
+            text = reader.fetch(index, 0, contig.length)
+            assert text == fasta.fetch(index, 0, contig.length) and any(c.islower() for c in text)
+
+
+def test_damaged_mask_file_is_one_line_naming_it_and_exit_2(store, capsys) -> None:
+    mask = store / "shard-00000.mask.npz"
+    data = bytearray(mask.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    mask.write_bytes(bytes(data))
+    code = main(["markov", str(store), "--max-order", "1", "--seq-length", "64"])
+    line = error_line(capsys.readouterr().err)
+    assert code == 2 and str(mask) in line and "sha256" in line

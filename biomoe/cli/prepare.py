@@ -32,13 +32,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--shard-bases", type=positive_int, default=None,
                         help="bases per shard before a new one starts (default 2^28)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="where FASTA indexes and scans go")
+    parser.add_argument("--soft-mask", choices=("compact", "twobit"), default="compact",
+                        help="where lowercase (soft-masked) runs are kept: compact, a compressed table beside "
+                             "each shard (about 2.5 bytes a run; default), or twobit, inside the .2bit shards "
+                             "(8 bytes a run; UCSC tools then show the case too)")
     args = parser.parse_args(argv)
     from biomoe.data.store_prepare import DEFAULT_SHARD_BASES, prepare_store  # after parsing: --help stays fast
 
     start = time.perf_counter()
     result = prepare_store(args.inputs, args.out, splits_file=args.splits, keep_splits=args.split,
                            corpus_dir=args.corpus_dir, shard_bases=args.shard_bases or DEFAULT_SHARD_BASES,
-                           cache_dir=args.cache_dir, say=lambda line: print(line, flush=True))
+                           cache_dir=args.cache_dir, soft_mask=args.soft_mask,
+                           say=lambda line: print(line, flush=True))
     summary = (f"{result.files} files, {result.contigs} contigs, {result.bases:,} bp, {result.bytes:,} bytes "
                f"({result.bytes_per_base:.4f} bytes/base)")
     if result.created:

@@ -3,7 +3,8 @@
 Why this exists: a corpus of many FASTA files costs every DataLoader worker a validated, indexed
 pyfaidx handle per file, and the bytes are 8 bits per base on disk. ``biomoe prepare`` (see
 :mod:`biomoe.data.store_prepare`) packs the files once into a folder of shards in the UCSC
-``.2bit`` format (2 bits per base, N runs and soft-mask runs) and a manifest, ``store.json``,
+``.2bit`` format (2 bits per base and N runs; soft-mask runs compressed beside each shard, or
+inside it with ``--soft-mask twobit``) and a manifest, ``store.json``,
 that records every input file (its label, metadata and split), every contig (length and
 shard) and each shard's sha256. :class:`StoreReader` is the
 :class:`~biomoe.data.reader.SequenceReader` over it: windows are slices of memory-mapped shards,
@@ -27,17 +28,20 @@ from typing import Any
 import numpy as np
 
 from biomoe.data.reader import ContigInfo
-from biomoe.data.store_twobit import Exceptions, TwoBitFile
+from biomoe.data.store_mask import MaskRuns
+from biomoe.data.store_twobit import Exceptions, TwoBitFile, lower_case
 from biomoe.errors import GenomeInputError
 from biomoe.files import write_text
 
-__all__ = ["FORMAT", "MANIFEST", "VERSION", "StoreReader", "is_store", "read_store_manifest", "sha256_file",
+__all__ = ["FORMAT", "MANIFEST", "READABLE_VERSIONS", "VERSION", "StoreReader", "is_store", "read_store_manifest", "sha256_file",
            "verify_shards"]
 
 MANIFEST = "store.json"
 """The manifest's file name inside a store folder: a folder holding it is a store."""
 FORMAT = "biomoe-sequence-store"
-VERSION = 1
+VERSION = 2
+"""Version 2 may keep a shard's soft-mask runs in a compressed file beside it (:mod:`~biomoe.data.store_mask`)."""
+READABLE_VERSIONS = (1, 2)
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:
@@ -63,9 +67,9 @@ def read_store_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise GenomeInputError(manifest, f"is not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise GenomeInputError(manifest, f"is not a biomoe store manifest (format is not {FORMAT!r})")
-    if data.get("version") != VERSION:
+    if data.get("version") not in READABLE_VERSIONS:
         raise GenomeInputError(manifest, f"store format version {data.get('version')!r}; this biomoe reads "
-                                         f"version {VERSION}: prepare the store again")
+                                         f"versions {', '.join(map(str, READABLE_VERSIONS))}: prepare the store again")
     for key in ("files", "contigs", "shards"):
         if not isinstance(data.get(key), list):
             raise GenomeInputError(manifest, f"has no list {key!r}")
@@ -93,24 +97,30 @@ def verify_shards(folder: Path, shards: Sequence[dict[str, Any]], cache_dir: Pat
 
     cache = cache_dir if cache_dir is not None else default_cache_dir(folder)
     for shard in shards:
-        path = folder / str(shard["file"])
-        if not path.is_file():
-            raise GenomeInputError(path, "store shard is missing")
-        if path.stat().st_size != int(shard["bytes"]):
-            raise GenomeInputError(path, f"store shard is {path.stat().st_size:,} bytes, the manifest says "
-                                         f"{int(shard['bytes']):,}: it is damaged or was changed; "
-                                         "prepare the store again")
-        marker = _verified_marker(cache, path, str(shard["sha256"]))
-        if marker.is_file():
-            continue
-        if sha256_file(path) != shard["sha256"]:
-            raise GenomeInputError(path, "store shard does not match the sha256 in its manifest: it is damaged or "
-                                         "was changed; prepare the store again")
-        try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            write_text(marker, f"{path}\n")
-        except (OSError, GenomeInputError):
-            pass  # no cache: the next run checks again, nothing worse
+        _verify_file(cache, folder / str(shard["file"]), int(shard["bytes"]), str(shard["sha256"]), "store shard")
+        if shard.get("mask"):
+            mask = shard["mask"]
+            _verify_file(cache, folder / str(mask["file"]), int(mask["bytes"]), str(mask["sha256"]),
+                         "store mask file")
+
+
+def _verify_file(cache: Path, path: Path, size: int, sha256: str, what: str) -> None:
+    if not path.is_file():
+        raise GenomeInputError(path, f"{what} is missing")
+    if path.stat().st_size != size:
+        raise GenomeInputError(path, f"{what} is {path.stat().st_size:,} bytes, the manifest says {size:,}: it is "
+                                     "damaged or was changed; prepare the store again")
+    marker = _verified_marker(cache, path, sha256)
+    if marker.is_file():
+        return
+    if sha256_file(path) != sha256:
+        raise GenomeInputError(path, f"{what} does not match the sha256 in its manifest: it is damaged or "
+                                     "was changed; prepare the store again")
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        write_text(marker, f"{path}\n")
+    except (OSError, GenomeInputError):
+        pass  # no cache: the next run checks again, nothing worse
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,7 @@ class StoreReader:
         if verify:
             verify_shards(self.folder, shards, None if cache_dir is None else Path(cache_dir))
         self._shards = [TwoBitFile(p) for p in self.shard_paths]
+        self._masks = {i: MaskRuns(self.folder / str(s["mask"]["file"])) for i, s in enumerate(shards) if s.get("mask")}
         record_of = [{name: i for i, name in enumerate(shard.names)} for shard in self._shards]
         self.contigs: list[ContigInfo] = []
         self._places: list[_Place] = []
@@ -185,9 +196,15 @@ class StoreReader:
             lo, hi = np.searchsorted(exceptions.positions, [start, end])
             if hi > lo:
                 out[exceptions.positions[lo:hi] - start] = np.frombuffer(exceptions.letters, dtype=np.uint8)[lo:hi]
-        shard.apply_mask(place.record, out, start, end)
+        if place.shard in self._masks:
+            starts, ends = self._masks[place.shard].record(place.record)
+            lower_case(out, starts, ends, start, end)
+        else:
+            shard.apply_mask(place.record, out, start, end)
         return out.tobytes().decode("ascii")
 
     def close(self) -> None:
         for shard in self._shards:
             shard.close()
+        for mask in self._masks.values():
+            mask.close()

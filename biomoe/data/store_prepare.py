@@ -25,15 +25,21 @@ from typing import Any, BinaryIO
 from biomoe.data.corpus import read_manifest, read_splits
 from biomoe.data.fasta import Genome, resolve_fasta_paths
 from biomoe.data.store import FORMAT, MANIFEST, VERSION, is_store, read_store_manifest, sha256_file, verify_shards
+from biomoe.data.store_mask import encode_mask_runs, without_mask
 from biomoe.data.store_twobit import EncodedRecord, RecordEncoder, iter_pieces, write_twobit
 from biomoe.errors import GenomeInputError
 from biomoe.files import TEMP_MARK, check_not_input, protect_inputs, sweep_stale_temps
 
-__all__ = ["DEFAULT_SHARD_BASES", "PrepareResult", "prepare_store", "resolve_inputs"]
+__all__ = ["DEFAULT_SHARD_BASES", "SOFT_MASK_PLACES", "PrepareResult", "prepare_store", "resolve_inputs"]
 
 DEFAULT_SHARD_BASES = 1 << 28
 """Bases per shard before a new one starts (about 64 MiB of ``.2bit``): few enough files for a
 large corpus, small enough to copy or re-check one at a time. Files are never split across shards."""
+
+SOFT_MASK_PLACES = ("compact", "twobit")
+"""Where soft-mask (lowercase) runs go: ``compact``, a deflated run table beside each shard (about
+2.5 bytes a run, see :mod:`~biomoe.data.store_mask`); ``twobit``, inside the ``.2bit`` (8 bytes a run,
+and UCSC tools then show the case too)."""
 
 _PIECE = 1 << 24  # bases read from the FASTA at once: bounds memory for any chromosome
 
@@ -124,6 +130,13 @@ def _write_shard(path: Path, records: list[EncodedRecord]) -> tuple[int, str]:
     return size, writer.digest.hexdigest()
 
 
+def _write_bytes(path: Path, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def _signature(paths: Sequence[Path]) -> list[dict[str, Any]]:
     """What decides whether a store is still the store of these inputs: each file's path, size, mtime."""
     out = []
@@ -144,7 +157,8 @@ def _check_out(out: Path, inputs: Sequence[Path]) -> None:
 def prepare_store(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
                   splits_file: Path | None = None, keep_splits: Sequence[str] | None = None,
                   corpus_dir: Path | None = None, shard_bases: int = DEFAULT_SHARD_BASES,
-                  cache_dir: Path | None = None, say: Callable[[str], None] = print) -> PrepareResult:
+                  cache_dir: Path | None = None, soft_mask: str = "compact",
+                  say: Callable[[str], None] = print) -> PrepareResult:
     """Pack ``inputs`` into a store at ``out`` (see the module docstring).
 
     An ``out`` that exists and is not empty is refused, unless it is the store these inputs and
@@ -160,7 +174,9 @@ def prepare_store(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLi
         paths = [p for p in paths if found.splits[p.name] in keep_splits]
         if not paths:
             raise GenomeInputError(None, f"--split {' '.join(keep_splits)}: no input file is in that split")
-    options = {"shard_bases": int(shard_bases), "splits": sorted(keep_splits or [])}
+    if soft_mask not in SOFT_MASK_PLACES:
+        raise GenomeInputError(None, f"--soft-mask {soft_mask}: choose one of {', '.join(SOFT_MASK_PLACES)}")
+    options = {"shard_bases": int(shard_bases), "splits": sorted(keep_splits or []), "soft_mask": soft_mask}
     signature = _signature(paths)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         return _existing(out, signature, options)
@@ -191,7 +207,7 @@ def _build(genome: Genome, found: Inputs, out: Path, signature: list[dict[str, A
     sweep_stale_temps(out)  # a killed earlier run's half-written store
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}{TEMP_MARK}{os.getpid()}-", dir=out.parent))
     try:
-        manifest = _write_store(genome, found, work, shard_bases, say)
+        manifest = _write_store(genome, found, work, shard_bases, options["soft_mask"] == "compact", say)
         manifest["prepared_from"] = {"inputs": signature, "options": options}
         data = json.dumps(manifest, indent=1) + "\n"
         with open(work / MANIFEST, "w", encoding="utf-8") as handle:
@@ -215,7 +231,7 @@ def _umask() -> int:
     return mask
 
 
-def _write_store(genome: Genome, found: Inputs, work: Path, shard_bases: int,
+def _write_store(genome: Genome, found: Inputs, work: Path, shard_bases: int, compact_mask: bool,
                  say: Callable[[str], None]) -> dict[str, Any]:
     contigs_of: dict[int, list[int]] = {}
     for index, contig in enumerate(genome.contigs):
@@ -231,8 +247,17 @@ def _write_store(genome: Genome, found: Inputs, work: Path, shard_bases: int,
         if not pending:
             return
         name = f"shard-{len(shards):05d}.2bit"
+        entry: dict[str, Any] = {"file": name}
+        if compact_mask:
+            mask_name = f"shard-{len(shards):05d}.mask.npz"
+            data = encode_mask_runs(pending)
+            _write_bytes(work / mask_name, data)
+            entry["mask"] = {"file": mask_name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                             "runs": int(sum(len(r.mask_starts) for r in pending))}
+            pending = [without_mask(r) for r in pending]
         size, sha = _write_shard(work / name, pending)
-        shards.append({"file": name, "bytes": size, "sha256": sha, "bases": pending_bases, "contigs": len(pending)})
+        entry.update({"bytes": size, "sha256": sha, "bases": pending_bases, "contigs": len(pending)})
+        shards.append(entry)
         pending, pending_bases = [], 0
 
     for file_index, path in enumerate(genome.paths):
@@ -271,6 +296,6 @@ def _write_store(genome: Genome, found: Inputs, work: Path, shard_bases: int,
             f"{bases:,} bp -> shard-{len(shards):05d}.2bit")
     flush()
     total_bases = sum(f["bases"] for f in files)
-    total_bytes = sum(s["bytes"] for s in shards)
+    total_bytes = sum(s["bytes"] + (s["mask"]["bytes"] if "mask" in s else 0) for s in shards)
     return {"format": FORMAT, "version": VERSION, "created_by": "biomoe prepare", "bases": total_bases,
             "bytes": total_bytes, "files": files, "contigs": contigs, "shards": shards}

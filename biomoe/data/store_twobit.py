@@ -311,7 +311,7 @@ class TwoBitFile:
     def apply_mask(self, index: int, out: np.ndarray, start: int, end: int) -> None:
         """Lower-case the soft-masked bases of ``out`` (bases ``[start, end)`` of record ``index``)."""
         record = self.record(index)
-        _paint(out, record.mask_starts, record.mask_ends, start, end, lambda view: np.bitwise_or(view, 0x20, out=view))
+        lower_case(out, record.mask_starts, record.mask_ends, start, end)
 
     def fetch(self, index: int, start: int, end: int) -> str:
         out = self.fetch_bytes(index, start, end)
@@ -327,6 +327,11 @@ class TwoBitFile:
             except BufferError:  # a caller still holds a view: the map closes when it is dropped
                 pass
         self._map = None
+
+
+def lower_case(out: np.ndarray, starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> None:
+    """Lower-case the bases of ``out`` (ASCII bases ``[lo, hi)``) inside the sorted runs ``[starts, ends)``."""
+    _paint(out, starts, ends, lo, hi, lambda view: np.bitwise_or(view, 0x20, out=view))
 
 
 def _paint(out: np.ndarray, starts: np.ndarray, ends: np.ndarray, lo: int, hi: int, action) -> None:
