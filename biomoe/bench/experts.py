@@ -261,6 +261,12 @@ def markdown(contenders: list[Contender], command: str) -> str:
         speed = f"{c.tokens_per_s / 1e3:.0f}k" if c.tokens_per_s else "–"
         wall = f"{c.wall_s:.0f} s" if c.wall_s else "–"
         lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {' / '.join(ratios)} | {speed} | {wall} |")
+    lines += ["", "At each run's last validation (runs stopped by the time limit end earlier):", "",
+              "| model | tokens | " + " | ".join(groups) + " |", "| --- | ---: | " + " | ".join("---:" for _ in groups) + " |"]
+    for c in contenders:
+        last = max((p[0] for pts in c.curve.values() for p in pts), default=0)
+        cells = [f"{at_tokens(c, g, last):.4f}" if at_tokens(c, g, last) is not None else "–" for g in groups]
+        lines.append(f"| {c.name} | {last / 1e6:.1f}M | " + " | ".join(cells) + " |")
     return "\n".join(lines) + f"\n\n```bash\n{command}\n```\n"
 
 
@@ -305,9 +311,10 @@ def report(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = args.command or " ".join(["python -m biomoe.bench.experts report", args.runs])
-    write_text(out / "summary.json", json.dumps({"command": command, "contenders": [asdict(c) for c in contenders],
+    write_text(out / "summary.json", json.dumps({"command": command, "machine": args.machine,
+                                                 "contenders": [asdict(c) for c in contenders],
                                                  "without_curve": missing}, indent=1) + "\n")
-    text = markdown(contenders, command)
+    text = (f"Machine: {args.machine}\n\n" if args.machine else "") + markdown(contenders, command)
     if missing:
         text += "\nNo curve: " + "; ".join(missing) + "\n"
     write_text(out / "summary.md", text)
@@ -340,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--splits", default="data/corpus-splits.tsv")
     p.add_argument("--out", required=True)
     p.add_argument("--command", default="", help="the command line to record in the summary")
+    p.add_argument("--machine", default="", help="the machine the runs ran on, to record in the summary")
     args = parser.parse_args(argv)
     return {"subset": subset, "run": run, "report": report}[args.what](args)
 
