@@ -48,11 +48,11 @@ def tiny_inputs(tmp_path: Path, write_fasta) -> tuple[Path, Path]:
     return net, fasta
 
 
-def test_inference_rows_on_cpu(tmp_path, tiny_inputs, one_thread):
+def test_inference_rows_on_cpu_in_process(tmp_path, tiny_inputs, one_thread):
     net, fasta = tiny_inputs
     settings = InferenceSettings(device=torch.device("cpu"), networks=[str(net)], fasta=fasta, repeats=1,
                                  length=8, samples=[3, 1], variants=16, window=128, pool_size=100,
-                                 work_dir=tmp_path)
+                                 work_dir=tmp_path, fresh_process=False)
     report = run_inference(settings, tmp_path / "out", "python -m biomoe.bench --inference-only", {},
                            log=lambda line: None)
     have_hf = _has_transformers()
@@ -90,6 +90,33 @@ def test_inference_rows_on_cpu(tmp_path, tiny_inputs, one_thread):
     markdown = (tmp_path / "out" / "inference.md").read_text()
     assert "python -m biomoe.bench --inference-only" in markdown and "| score-fasta | biomoe |" in markdown
     assert not list(tmp_path.glob("biomoe-bench-inference-*"))  # the scratch folder is removed
+
+
+@pytest.mark.slow
+def test_each_run_is_a_fresh_process_timed_cold_then_warm(tmp_path, tiny_inputs):
+    """As users run them: ``python cli.py score-fasta ...`` and the HF job each in a new process,
+    the first run recorded as cold, the warm runs after it; the two still score the same windows."""
+    net, fasta = tiny_inputs
+    settings = InferenceSettings(device=torch.device("cpu"), networks=[str(net)], tasks=["score-fasta"],
+                                 fasta=fasta, repeats=2, window=128, work_dir=tmp_path)
+    assert settings.fresh_process  # the default
+    report = run_inference(settings, tmp_path / "out", "python -m biomoe.bench --inference-only", {},
+                           log=lambda line: None)
+    records = {r["contender"]: r for r in report["records"]}
+    bio = records["biomoe"]
+    assert bio["status"] == "ok" and len(bio["runs"]) == 2
+    assert bio["cold_seconds"] > 0 and bio["cold_rate"] == pytest.approx(bio["work"] / bio["cold_seconds"])
+    # a new interpreter each run: start-up and imports are inside every run's wall time
+    assert all(run["seconds"] > 0.5 for run in bio["runs"])
+    assert bio["details"]["argv"][:2] == ["cli.py", "score-fasta"]
+    assert "new process" in report["timing"]
+    if _has_transformers():
+        hf = records["hf"]
+        assert hf["status"] == "ok" and hf["cold_seconds"] > 0 and len(hf["runs"]) == 2
+        assert hf["details"]["argv"][:3] == ["python", "-m", "biomoe.bench.inference_hf_job"]
+        assert hf["details"]["log_likelihood"] == pytest.approx(bio["details"]["log_likelihood"], rel=1e-4)
+    markdown = (tmp_path / "out" / "inference.md").read_text()
+    assert "cold wall" in markdown
 
 
 def _has_transformers() -> bool:

@@ -13,11 +13,14 @@ format ``cli.py fit`` writes (throughput does not depend on the weights' values)
 * ``generate-N`` (bases/s and decode steps/s): N samples from ``<bos>``, against ``model.generate``
   with a static cache.
 
-Each contender runs once to warm up, then ``repeats`` times interleaved with its HF baseline
-(biomoe, HF, biomoe, HF, ...); every run is kept in the record's ``runs`` and the record gives
-the median and range. The rate of score-fasta, embed and score-variants is over the wall time
-of the whole call on both sides (biomoe: the command, checkpoint load and output file included;
-HF: ``from_pretrained`` to the device and the work); ``compute_rate`` leaves the load out (biomoe:
+Every run is a fresh process, as users run the commands (``python cli.py ...`` against ``python -m
+biomoe.bench.inference_hf_job ...``; ``fresh_process=False`` runs both in this process, a diagnostic).
+Each contender runs once cold (its wall time is the row's ``cold_seconds``), then ``repeats`` times
+interleaved with its HF baseline (biomoe, HF, biomoe, HF, ...); every run is kept in the record's
+``runs`` and the record gives the median and range. The rate of score-fasta, embed and
+score-variants is over the wall time of the whole process on both sides (biomoe: start-up, the
+command, checkpoint load and output file; HF: start-up, ``from_pretrained`` to the device, the
+work and its result file); ``compute_rate`` leaves the load out (biomoe:
 the time the command reports on stderr, where it reports one). Generation rates are over the
 sampling time alone (the command's report, HF's ``generate`` call), the wall time where the
 command reports none. ``ratio_vs_hf`` = biomoe median / HF median on the same basis.
@@ -31,6 +34,8 @@ import gzip
 import json
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -161,6 +166,9 @@ class InferenceRecord:
     steps_per_s: float | None = None
     """Generation: decode steps per second (median), one base per sample each."""
     ratio_vs_hf: float | None = None
+    cold_seconds: float | None = None
+    """Wall time of the first run (fresh processes: nothing imported, compiled or verified before)."""
+    cold_rate: float | None = None
     tflops: float | None = None
     """Model forward TFLOP/s at ``rate`` (``flop_formula`` of the report)."""
     peak_mem_gb: float | None = None
@@ -193,6 +201,10 @@ class InferenceSettings:
     defaults, and biomoe's default for the device on the HF side."""
     seed: int = 0
     work_dir: Path | None = None
+    fresh_process: bool = True
+    """Each run a new process, as users run the commands (biomoe: ``python cli.py ...``; HF:
+    ``python -m biomoe.bench.inference_hf_job ...``); False runs both inside this process, warm, a
+    diagnostic of the steady state."""
 
     def as_dict(self) -> dict[str, Any]:
         out = {k: (str(v) if isinstance(v, (Path, torch.device)) else v) for k, v in dataclasses.asdict(self).items()}
@@ -264,8 +276,8 @@ def _tsv_column(path: Path, column: str) -> list[float]:
 
 
 def _biomoe_run(argv: list[str], missing: list[str], device: torch.device, work: int,
-                check: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
-    run = run_command(argv, _sync_fn(device))
+                check: Callable[[], dict[str, Any]] | None = None, fresh: bool = False) -> dict[str, Any]:
+    run = run_command(argv, _sync_fn(device), fresh=fresh)
     out: dict[str, Any] = {"seconds": run.seconds, "work": work, "argv": ["cli.py", *run.argv]}
     if check is not None:
         out["details"] = check()  # what was computed, to compare with HF's (outside the timing)
@@ -291,6 +303,11 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
     batch = {"--batch-tokens": s.batch_tokens}
     tasks: list[Task] = []
     have_hf = _transformers_available()
+    fresh = s.fresh_process
+    common = ["--export", export, "--device", dev, "--window", s.window, "--batch-tokens", hf_tokens]
+
+    def hf_job(job: str, *extra: object) -> Callable[[bool], dict[str, Any]]:
+        return lambda warm: _hf_fresh([job, *common, *extra], work / f"{label}-hf-{job}.json")
     for task in s.tasks:
         if task == "score-fasta":
             out = work / f"{label}-score"
@@ -299,18 +316,21 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
             tasks.append(Task(task, "bases/s", "wall", s.window, 1.0,
                               lambda warm, a=argv, m=missing, o=out: _biomoe_run(
                                   a, m, device, genome_bases,
-                                  lambda: {"log_likelihood": sum(_tsv_column(o.with_suffix(".tsv"), "log_likelihood"))}),
-                              (lambda warm: _hf_run(hf.hf_score_fasta(export, fasta, device, s.window, hf_tokens)))
-                              if have_hf else None))
+                                  lambda: {"log_likelihood": sum(_tsv_column(o.with_suffix(".tsv"), "log_likelihood"))},
+                                  fresh),
+                              None if not have_hf else hf_job("score-fasta", "--fasta", fasta) if fresh else
+                              (lambda warm: _hf_run(hf.hf_score_fasta(export, fasta, device, s.window, hf_tokens)))))
         elif task == "embed":
             out = work / f"{label}-embed.npz"
             argv, missing = build_argv("embed", [str(ckpt), str(fasta)], {"--out": out, "--pool": "window"},
                                        {"--pool-size": s.pool_size, "--window": s.window, **batch,
                                         "--no-progress": True, "--device": dev})
             tasks.append(Task(task, "bases/s", "wall", s.window, 1.0,
-                              lambda warm, a=argv, m=missing: _biomoe_run(a, m, device, genome_bases),
+                              lambda warm, a=argv, m=missing: _biomoe_run(a, m, device, genome_bases, fresh=fresh),
+                              None if not have_hf else
+                              hf_job("embed", "--fasta", fasta, "--pool-size", s.pool_size) if fresh else
                               (lambda warm: _hf_run(hf.hf_embed(export, fasta, device, s.window, hf_tokens,
-                                                                s.pool_size))) if have_hf else None))
+                                                                s.pool_size)))))
         elif task == "score-variants":
             out = work / f"{label}-variants.tsv"
             argv, missing = build_argv("score-variants", [str(ckpt), str(fasta)],
@@ -319,9 +339,11 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
             tasks.append(Task(task, "variants/s", "wall", s.window, 2.0 * s.window,
                               lambda warm, a=argv, m=missing, o=out: _biomoe_run(
                                   a, m, device, s.variants,
-                                  lambda: {"mean_llr": float(np.mean(_tsv_column(o, "llr")))}),
+                                  lambda: {"mean_llr": float(np.mean(_tsv_column(o, "llr")))}, fresh),
+                              None if not have_hf else
+                              hf_job("score-variants", "--fasta", fasta, "--variants", variants) if fresh else
                               (lambda warm: _hf_run(hf.hf_score_variants(export, fasta, variants, device, s.window,
-                                                                         hf_tokens))) if have_hf else None))
+                                                                         hf_tokens)))))
         elif task == "generate":
             for n in s.samples:
                 tasks.append(_generate_task(label, n, ckpt, export, s, work, have_hf))
@@ -333,8 +355,9 @@ def _generate_task(label: str, n: int, ckpt: Path, export: Path, s: InferenceSet
     from biomoe.bench import inference_hf as hf
 
     device = s.device
-    generator = hf.HFGenerator(export, device)
-    warm_length = min(s.length, 64)
+    fresh = s.fresh_process
+    generator = None if fresh else hf.HFGenerator(export, device)
+    warm_length = s.length if fresh else min(s.length, 64)  # fresh: the first run is the cold run of the job
 
     def argv_for(length: int) -> tuple[list[str], list[str]]:
         return build_argv("generate", [str(ckpt)], {"--out": work / f"{label}-generate-{n}.fa"},
@@ -344,16 +367,34 @@ def _generate_task(label: str, n: int, ckpt: Path, export: Path, s: InferenceSet
     def biomoe(warm: bool) -> dict[str, Any]:
         length = warm_length if warm else s.length
         argv, missing = argv_for(length)
-        return _biomoe_run(argv, missing, device, n * length)
+        return _biomoe_run(argv, missing, device, n * length, fresh=fresh)
 
     def hf_run(warm: bool) -> dict[str, Any]:
         length = warm_length if warm else s.length
+        if generator is None:
+            return _hf_fresh(["generate", "--export", export, "--device", device, "--num-samples", n,
+                              "--length", length], work / f"{label}-hf-generate-{n}.json")
         result = _hf_run(hf.hf_generate(generator, n, length))
         result["held_bytes"] = result["details"].pop("held_bytes", 0)
         return result
 
     return Task(f"generate-{n}", "bases/s", "compute", s.length, 1.0, biomoe, hf_run if have_hf else None, n,
-                generator.close)
+                None if generator is None else generator.close)
+
+
+def _hf_fresh(args: list[object], result: Path) -> dict[str, Any]:
+    """An HF job (:mod:`biomoe.bench.inference_hf_job`) in a new process, timed from its start to its
+    exit; its result file gives the work, the time after loading and what it computed."""
+    command = [sys.executable, "-m", "biomoe.bench.inference_hf_job", *map(str, args), "--out", str(result)]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        raise RuntimeError(f"HF {args[0]} exited with {done.returncode}: {tail[-400:]}")
+    data = json.loads(result.read_text())
+    return {"seconds": seconds, "compute_seconds": data["compute_seconds"], "work": data["work"],
+            "details": data["details"], "argv": ["python", *command[1:]]}
 
 
 def _hf_run(result) -> dict[str, Any]:
@@ -369,14 +410,16 @@ def _transformers_available() -> bool:
     return True
 
 
-def _timed(run: Callable[[bool], dict[str, Any]], device: torch.device, warm: bool) -> dict[str, Any]:
+def _timed(run: Callable[[bool], dict[str, Any]], device: torch.device, warm: bool,
+           fresh: bool = False) -> dict[str, Any]:
     """One run; its peak memory counts what it allocated itself (plus a model it keeps between runs,
-    ``held_bytes``), not what another contender holds at the time."""
+    ``held_bytes``), not what another contender holds at the time. A run in another process
+    allocates nothing here: no peak is recorded for it."""
     _free(device)
     before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     started = time.time()
     result = run(warm)
-    peak = _peak_gb(device)
+    peak = None if fresh else _peak_gb(device)
     if peak is not None:
         result["peak_mem_gb"] = peak - (before - result.pop("held_bytes", 0)) / 2**30
     result.pop("held_bytes", None)
@@ -417,8 +460,11 @@ def measure_task(label: str, task: Task, config: dict[str, Any], s: InferenceSet
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in contenders}
     for name, run in contenders:
         try:
-            warm = _timed(run, s.device, True)
+            warm = _timed(run, s.device, True, s.fresh_process)
             records[name].details["warmup_seconds"] = round(warm["seconds"], 3)
+            if s.fresh_process:  # the same job as the timed runs: the first, cold run of the command
+                records[name].cold_seconds = warm["seconds"]
+                records[name].cold_rate = warm["work"] / warm["seconds"]
         except Exception as err:
             traceback.print_exc()
             records[name].status, records[name].error = "error", f"{type(err).__name__}: {' '.join(str(err).split())}"[:500]
@@ -427,7 +473,7 @@ def measure_task(label: str, task: Task, config: dict[str, Any], s: InferenceSet
             if records[name].status != "ok":
                 continue
             try:
-                result = _timed(run, s.device, False)
+                result = _timed(run, s.device, False, s.fresh_process)
                 result["repeat"] = repeat
                 runs[name].append(result)
                 log(f"  {label}/{task.name}/{name} run {repeat + 1}: {result['work'] / result['seconds']:,.0f} "
@@ -474,7 +520,7 @@ def run_inference(settings: InferenceSettings, out: Path, command: str, env: dic
 
     def save() -> dict[str, Any]:
         report = {"command": command, "environment": env, "settings": settings.as_dict(), "flop_formula": FLOP_NOTE,
-                  "timing": TIMING_NOTE, "wall_s": round(time.time() - started, 1), **notes,
+                  "timing": timing_note(settings.fresh_process), "wall_s": round(time.time() - started, 1), **notes,
                   "records": [r.as_dict() for r in records]}
         write_text(out / "inference.json", json.dumps(report, indent=2) + "\n")
         write_text(out / "inference.md", inference_markdown(report))
@@ -534,14 +580,31 @@ def _plain_fasta(source: Path, work: Path) -> Path:
     return target
 
 
-TIMING_NOTE = ("each contender warms up once, then runs `repeats` times interleaved with its HF baseline "
-               "(biomoe, HF, biomoe, HF, ...); rate = median of work / seconds over the runs, range in "
-               "rate_min..rate_max, every run in `runs`. basis wall: the whole call (biomoe: cli.py main() in "
-               "this process, checkpoint verification and load, reading the genome, writing the output; HF: "
-               "from_pretrained to the device, reading the genome, the forwards, the results copied to the "
-               "host). basis compute: without the load (biomoe: the time the command reports on stderr; "
-               "HF: after the model is on the device). peak_mem_gb: torch.cuda.max_memory_allocated, reset "
-               "before every run")
+def timing_note(fresh: bool) -> str:
+    """How the rows were timed, for the report."""
+    how = ("every run is a new process, as a user runs it (biomoe: `python cli.py COMMAND ...`; HF: "
+           "`python -m biomoe.bench.inference_hf_job JOB ...`), timed from its start to its exit: the "
+           "interpreter, imports, checkpoint verification and load (HF: from_pretrained to the device), "
+           "reading the genome, the forwards and the written result. The first run of each contender is the "
+           "cold one (cold_seconds, cold_rate: nothing of it imported, compiled or verified before); then "
+           "`repeats` warm runs interleaved with the HF baseline (biomoe, HF, biomoe, HF, ...)" if fresh else
+           "both contenders run inside this process (a diagnostic of the steady state, not how users run the "
+           "commands): each warms up once, then `repeats` runs interleaved with its HF baseline; basis wall: "
+           "the whole call (biomoe: cli.py main(), checkpoint verification and load, reading the genome, "
+           "writing the output; HF: from_pretrained to the device, the forwards, the results on the host)")
+    return (how + "; rate = median of work / seconds over the warm runs, range in rate_min..rate_max, every "
+            "run in `runs`. basis compute: without the load (biomoe: the time the command reports on stderr; "
+            "HF: after the model is on the device). peak_mem_gb: torch.cuda.max_memory_allocated of in-process "
+            "runs, reset before each (none for runs in a new process)")
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f} s"
+
+
+def _median_seconds(record: dict[str, Any]) -> float | None:
+    runs = record.get("runs") or []
+    return statistics.median(r["seconds"] for r in runs) if runs else None
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -563,8 +626,8 @@ def inference_markdown(report: dict[str, Any]) -> str:
     for network in dict.fromkeys(r["network"] for r in records):
         lines += [f"## {network}", "",
                   "| task | contender | rate | range | basis | wall rate | compute rate | steps/s | vs HF | "
-                  "TFLOP/s | peak GB | runs | status |",
-                  "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+                  "TFLOP/s | peak GB | cold wall | warm wall | runs | status |",
+                  "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for r in (r for r in records if r["network"] == network):
             status = r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:120]}"
             span = "—" if r.get("rate_min") is None else f"{r['rate_min']:,.0f}–{r['rate_max']:,.0f}"
@@ -572,7 +635,8 @@ def inference_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {r['task']} | {r['contender']} | {_num(r.get('rate'), ',.0f')} {r['unit']} | {span} | "
                          f"{r.get('basis')} | {_num(r.get('wall_rate'), ',.0f')} | {_num(r.get('compute_rate'), ',.0f')} | "
                          f"{_num(r.get('steps_per_s'), ',.0f')} | {ratio} | {_num(r.get('tflops'), '.1f')} | "
-                         f"{_num(r.get('peak_mem_gb'), '.1f')} | {len(r.get('runs') or [])} | {status} |")
+                         f"{_num(r.get('peak_mem_gb'), '.1f')} | {_seconds(r.get('cold_seconds'))} | "
+                         f"{_seconds(_median_seconds(r))} | {len(r.get('runs') or [])} | {status} |")
         commands = [(r["task"], r["details"]["argv"]) for r in records
                     if r["network"] == network and r["contender"] == BIOMOE and "argv" in r.get("details", {})]
         if commands:

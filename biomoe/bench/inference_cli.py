@@ -1,8 +1,9 @@
-"""biomoe's side of the inference rows: the real subcommands, run in this process and timed.
+"""biomoe's side of the inference rows: the real subcommands, each run as a user runs it and timed.
 
-Each run calls :func:`biomoe.cli.main.main` with the command line a user would type, so the
-wall time covers what the user waits for: verifying and loading the checkpoint, reading the
-genome, the forward passes and writing the output file. The options given are only those the
+Each run is ``python cli.py ...`` in a fresh process with the command line a user would type (or,
+as a diagnostic, :func:`biomoe.cli.main.main` in this process), so the wall time covers what the
+user waits for: starting Python and importing what the command needs, verifying and loading the
+checkpoint, reading the genome, the forward passes and writing the output file. The options given are only those the
 command's parser accepts (read from its ``--help``), so the rows run against any version of the
 commands; what was passed is kept in each run's record.
 """
@@ -12,11 +13,17 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 __all__ = ["CommandRun", "accepted_options", "build_argv", "parse_report", "run_command"]
+
+CLI = Path(__file__).resolve().parents[2] / "cli.py"
+"""The command line users run (``python cli.py``), for commands timed in a fresh process."""
 
 _OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 _REPORT = re.compile(r"(?P<verb>scored|embedded|generated)\s+(?P<n>[\d,]+)\s+(?:bases|variants)\s+in\s+(?P<t>[\d.]+)\s*s"
@@ -88,22 +95,31 @@ class CommandRun:
     details: dict = field(default_factory=dict)
 
 
-def run_command(argv: list[str], synchronize=None) -> CommandRun:
-    """Run ``cli.py ARGV`` in this process; stdout and stderr are captured, not shown. A non-zero
-    exit status raises RuntimeError with the command's last stderr lines."""
-    from biomoe.cli.main import main  # the CLI imports Lightning: only when an inference row runs
+def run_command(argv: list[str], synchronize=None, fresh: bool = False) -> CommandRun:
+    """Run ``cli.py ARGV``; stdout and stderr are captured, not shown. ``fresh``: as a user runs it,
+    ``python cli.py ARGV`` in a new process, timed from its start to its exit (interpreter, imports,
+    load, work, output file); otherwise in this process (a diagnostic of the steady state). A
+    non-zero exit status raises RuntimeError with the command's last stderr lines."""
+    if fresh:
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, str(CLI), *map(str, argv)], capture_output=True, text=True,
+                              cwd=CLI.parent)
+        seconds = time.perf_counter() - started
+        code, stdout, stderr = done.returncode, done.stdout, done.stderr
+    else:
+        from biomoe.cli.main import main  # the CLI imports Lightning: only when an inference row runs
 
-    out, err = io.StringIO(), io.StringIO()
-    started = time.perf_counter()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = int(main(list(argv)) or 0)
-        except SystemExit as exc:  # argparse errors
-            code = exc.code if isinstance(exc.code, int) else 2
-    if synchronize is not None:
-        synchronize()
-    seconds = time.perf_counter() - started
-    stdout, stderr = out.getvalue(), err.getvalue()
+        out, err = io.StringIO(), io.StringIO()
+        started = time.perf_counter()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = int(main(list(argv)) or 0)
+            except SystemExit as exc:  # argparse errors
+                code = exc.code if isinstance(exc.code, int) else 2
+        if synchronize is not None:
+            synchronize()
+        seconds = time.perf_counter() - started
+        stdout, stderr = out.getvalue(), err.getvalue()
     if code != 0:
         tail = " | ".join(line for line in stderr.strip().splitlines()[-3:])
         raise RuntimeError(f"cli.py {' '.join(argv[:1])} exited with {code}: {tail[-400:]}")

@@ -14,8 +14,9 @@ and ``bench.png`` into ``--out``, rewritten after every row.
     python -m biomoe.bench --inference-only     # only the inference rows
 
 Inference rows (:mod:`biomoe.bench.inference`) time ``score-fasta``, ``embed``, ``score-variants`` and
-``generate`` on a genome against HF Mixtral loaded from the export of the same weights, in the same
-process after the training rows.
+``generate`` on a genome against HF Mixtral loaded from the export of the same weights, after the
+training rows: each run a fresh process, as users run the commands (cold, then warm), unless
+``--inference-in-process``.
 """
 
 from __future__ import annotations
@@ -383,6 +384,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                            help="random SNVs scored by score-variants (default 4096)")
     inference.add_argument("--inference-window", type=int, default=1024,
                            help="bases per window of score-fasta, embed and score-variants (default 1024)")
+    inference.add_argument("--inference-in-process", action="store_true",
+                           help="run the commands and HF inside this process, warm (a diagnostic of the steady "
+                                "state); by default each run is a fresh process, as users run them, cold then warm")
     inference.add_argument("--inference-batch-tokens", type=int, default=None,
                            help="tokens per forward pass for the commands that take --batch-tokens and for HF "
                                 "(default: the commands' own; HF: biomoe's default for the device)")
@@ -429,7 +433,8 @@ def inference_settings(args: argparse.Namespace) -> InferenceSettings:
         fasta=Path(args.inference_fasta) if args.inference_fasta else default_fasta(),
         repeats=args.inference_repeats, length=args.inference_length,
         samples=[int(n) for n in _split(args.inference_samples)], variants=args.inference_variants,
-        window=args.inference_window, batch_tokens=args.inference_batch_tokens)
+        window=args.inference_window, batch_tokens=args.inference_batch_tokens,
+        fresh_process=not args.inference_in_process)
 
 
 def main(argv: list[str] | None = None) -> int:
