@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -32,8 +33,9 @@ from typing import IO
 
 from biomoe.errors import GenomeInputError
 
-__all__ = ["OutputSet", "commit_together", "sweep_stale_temps", "atomic_path", "atomic_write", "write_bytes", "write_text", "check_not_input", "check_outputs",
-           "protect_inputs", "protected_inputs", "same_file", "file_mode"]
+__all__ = ["OutputSet", "commit_together", "sweep_stale_temps", "atomic_path", "atomic_write", "write_bytes",
+           "write_text", "sha256_file", "replaced_outputs", "check_not_input", "check_outputs", "protect_inputs",
+           "protected_inputs", "same_file", "file_mode"]
 
 PathLike = str | os.PathLike[str]
 
@@ -586,3 +588,12 @@ def save_figure(fig, out_path: PathLike, dpi: int) -> None:
     """``fig.savefig`` atomically (the image appears complete or not at all, never over an input)."""
     with atomic_path(out_path) as tmp:
         fig.savefig(tmp, dpi=dpi)
+
+
+def sha256_file(path: PathLike) -> str:
+    """The sha256 of a file's bytes, read in blocks (any size, flat memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -54,10 +54,11 @@ PLOTS = {"mutations": {"matplotlib"}}  # it writes roc.png
 FAST = {"score-fasta"}  # the rest run in the slow suite (a few seconds each)
 
 
-def imported_by(args: list, cache: Path) -> set[str]:
-    """The forbidden modules in ``sys.modules`` after ``cli.py ARGS`` ran in a fresh interpreter."""
+def imported_by(args: list, cache: Path, device: str = "cpu") -> set[str]:
+    """The forbidden modules in ``sys.modules`` after ``cli.py ARGS`` ran in a fresh interpreter
+    (also the GPU suite's check, with ``device="cuda"``)."""
     code = ("import runpy, sys\n"
-            f"sys.argv = ['cli.py', *{[str(a) for a in args]!r}, '--no-progress', '--device', 'cpu']\n"
+            f"sys.argv = ['cli.py', *{[str(a) for a in args]!r}, '--no-progress', '--device', {device!r}]\n"
             "try:\n"
             "    runpy.run_path('cli.py', run_name='__main__')\n"
             "except SystemExit as exc:\n"
@@ -66,7 +67,7 @@ def imported_by(args: list, cache: Path) -> set[str]:
             "print('@@' + ' '.join(sorted({f for f in forbidden for m in list(sys.modules)\n"
             "                              if m == f or m.startswith(f + '.')})))\n")
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "BIOMOE_DEBUG": "1"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return set(done.stdout.rpartition("@@")[2].split())

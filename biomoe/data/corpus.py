@@ -35,7 +35,7 @@ from typing import IO, Protocol
 import numpy as np
 
 from biomoe.errors import GenomeInputError
-from biomoe.files import atomic_write, write_bytes, write_text
+from biomoe.files import atomic_write, sha256_file, write_bytes, write_text
 
 __all__ = ["CorpusEntry", "CorpusError", "Resolver", "DebianResolver", "PypiResolver", "LocalResolver",
            "SourceResolver", "read_manifest", "write_manifest", "fetch_corpus", "read_records",
@@ -311,14 +311,6 @@ def _fasta_bytes(records: Iterable[tuple[str, str]]) -> tuple[bytes, int, int]:
         bases += len(data)
         count += 1
     return out.getvalue(), bases, count
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------- fetch

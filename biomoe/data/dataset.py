@@ -70,6 +70,20 @@ class SeededRows(Dataset):
         self._epochs_started = 0
         self.epoch_source: Callable[[], int | None] | None = None
 
+    def _read_from(self, genome: SequenceReader, seq_length: int, stride: int | None, max_n_fraction: float,
+                   regions: Sequence[Region] | None, tag_genome: bool) -> Sequence[Region]:
+        """The reading settings windows and packed rows share, checked and kept; returns the regions
+        to read (default: every contig whole)."""
+        check_settings(seq_length=seq_length)
+        stride = seq_length if stride is None else stride
+        check_settings(stride=stride, max_n_fraction=max_n_fraction)
+        self.genome = genome
+        self.seq_length = int(seq_length)
+        self.stride = int(stride)
+        self.max_n_fraction = float(max_n_fraction)
+        self.tag_genome = bool(tag_genome)
+        return regions if regions is not None else [(i, 0, c.length) for i, c in enumerate(genome.contigs)]
+
     @property
     def epoch(self) -> int:
         return int(self._epoch.item())
@@ -158,17 +172,8 @@ class GenomeWindowDataset(SeededRows):
         mutation_prob: float = 0.0,
         tag_genome: bool = False,
     ) -> None:
-        check_settings(seq_length=seq_length)
-        stride = seq_length if stride is None else stride
-        check_settings(stride=stride, max_n_fraction=max_n_fraction)
         super().__init__(seed=seed, rc_prob=rc_prob, mutation_prob=mutation_prob, split=split, tokenizer=tokenizer)
-        self.genome = genome
-        self.seq_length = int(seq_length)
-        self.stride = int(stride)
-        self.max_n_fraction = float(max_n_fraction)
-        self.tag_genome = bool(tag_genome)
-        if regions is None:
-            regions = [(i, 0, c.length) for i, c in enumerate(genome.contigs)]
+        regions = self._read_from(genome, seq_length, stride, max_n_fraction, regions, tag_genome)
         self.contig_index, self.starts = self._build_table(regions)
         if max_windows is not None and len(self.starts) > max_windows:
             keep = np.sort(np.random.default_rng(self.seed).choice(len(self.starts), max_windows, replace=False))

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from biomoe.data.config import check_settings
 from biomoe.data.dataset import SeededRows, ambiguous_counts
 from biomoe.data.packing import PackedTable, cut_pieces, pack_rows
 from biomoe.data.reader import Region, SequenceReader, reader_label
@@ -63,17 +62,8 @@ class PackedGenomeDataset(SeededRows):
         tag_genome: bool = False,
         per_file: bool = False,
     ) -> None:
-        check_settings(seq_length=seq_length)
-        stride = seq_length if stride is None else stride
-        check_settings(stride=stride, max_n_fraction=max_n_fraction)
         super().__init__(seed=seed, rc_prob=rc_prob, mutation_prob=mutation_prob, split=split, tokenizer=tokenizer)
-        self.genome = genome
-        self.seq_length = int(seq_length)
-        self.stride = int(stride)
-        self.max_n_fraction = float(max_n_fraction)
-        self.tag_genome = bool(tag_genome)
-        if regions is None:
-            regions = [(i, 0, c.length) for i, c in enumerate(genome.contigs)]
+        regions = self._read_from(genome, seq_length, stride, max_n_fraction, regions, tag_genome)
         self._file_of_contig = np.array([c.file_index for c in genome.contigs], dtype=np.int64)
         self.piece_contig, self.piece_start, self.piece_end = self._usable_pieces(regions)
         lengths = self.piece_end - self.piece_start

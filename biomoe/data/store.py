@@ -31,7 +31,7 @@ from biomoe.data.reader import ContigInfo
 from biomoe.data.store_mask import MaskRuns
 from biomoe.data.store_twobit import Exceptions, TwoBitFile, lower_case
 from biomoe.errors import GenomeInputError
-from biomoe.files import write_text
+from biomoe.files import sha256_file, write_text
 
 __all__ = ["FORMAT", "MANIFEST", "READABLE_VERSIONS", "VERSION", "StoreReader", "is_store", "read_store_manifest", "sha256_file",
            "verify_shards"]
@@ -74,14 +74,6 @@ def read_store_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         if not isinstance(data.get(key), list):
             raise GenomeInputError(manifest, f"has no list {key!r}")
     return data
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _verified_marker(cache: Path, shard: Path, sha256: str) -> Path:
