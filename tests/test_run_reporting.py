@@ -147,6 +147,25 @@ def test_step_based_progress_bar_shows_no_negative_epoch_total():
     assert trainer.callbacks[0] is chosen
 
 
+def test_a_resumed_step_based_epoch_counts_its_earlier_batches_in_the_bar_total():
+    from types import SimpleNamespace
+
+    from biomoe.training.run_setup import StepProgressBar
+
+    def trainer(global_step: int, done: int, max_steps: int = 110, batches: int = 600):
+        progress = SimpleNamespace(current=SimpleNamespace(ready=done))
+        return SimpleNamespace(max_epochs=-1, max_steps=max_steps, global_step=global_step, num_training_batches=batches,
+                               fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress)))
+
+    bar = StepProgressBar()
+    bar._trainer = trainer(0, 0, max_steps=100)
+    assert bar.total_train_batches == 100
+    bar._trainer = trainer(100, 100)  # resumed at batch 100 of a 110-step run: 110, not the 10 left
+    assert bar.total_train_batches == 110
+    bar._trainer = trainer(100, 100, max_steps=10_000)  # the epoch ends first
+    assert bar.total_train_batches == 600
+
+
 def test_fit_through_the_cli_gets_the_step_based_progress_bar(tmp_path, monkeypatch):
     """The Trainer appends its default bar to the configured callback list itself: the CLI must
     still tell the user's callbacks from Lightning's and swap the default bar."""

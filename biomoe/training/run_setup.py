@@ -123,11 +123,24 @@ def set_matmul_precision(accelerator: Any = None) -> str | None:
 
 
 class StepProgressBar(RichProgressBar):
-    """Lightning's rich bar, without the epoch total when the run is step-based.
+    """Lightning's rich bar, without the epoch total when the run is step-based, and with the
+    right total after a resume.
 
     With ``max_steps`` set and ``max_epochs`` left at -1 the stock bar reads ``Epoch 0/-2``; a
-    step-based run has no epoch total, so only the epoch number is shown.
+    step-based run has no epoch total, so only the epoch number is shown. The stock total of a
+    step-based epoch is the steps still to run, while the bar counts the epoch's batches from its
+    start: a run resumed at batch 100 of 110 read ``110/9``. The batches the epoch had already run
+    count towards its total here.
     """
+
+    @property
+    def total_train_batches(self) -> int | float:
+        total = super().total_train_batches
+        trainer = attached_trainer(self)
+        if trainer is None or not (trainer.max_epochs == -1 and trainer.max_steps and trainer.max_steps > 0):
+            return total
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.ready  # restored on resume
+        return min(trainer.num_training_batches, total + done)
 
     def _get_train_description(self, current_epoch: int) -> str:
         trainer = attached_trainer(self)
