@@ -54,6 +54,26 @@ def test_ckpt_path_and_the_positional_checkpoint_are_the_same_command(command, f
         assert outputs[0] == outputs[1]
 
 
+def test_repeat_mix_takes_the_model_first_as_the_other_commands_do(files, tmp_path, capsys, write_fasta):
+    """Its model is optional (an order-k Markov base without one), so a first input that is a
+    checkpoint or run folder is the model, and two genomes stay two genomes."""
+    ckpt, fasta, _ = files
+    first = ["repeat-mix", str(ckpt), str(fasta), "--seq-length", "32", "--val-fraction", "0.5", "--out",
+             str(tmp_path / "a.json")]
+    option = ["repeat-mix", str(fasta), "--ckpt_path", str(ckpt), "--seq-length", "32", "--val-fraction", "0.5", "--out",
+              str(tmp_path / "b.json")]
+    assert cli_main(first) == 0 and cli_main(option) == 0
+    capsys.readouterr()
+    a, b = (json.loads((tmp_path / name).read_text()) for name in ("a.json", "b.json"))
+    assert a["base"] == b["base"] == str(ckpt) and a["fasta"] == b["fasta"] == [str(fasta)]
+    assert a["mixed_bits_per_base"] == b["mixed_bits_per_base"]
+    other = write_fasta({"d": random_dna(200, seed=8)}, name="other.fa")
+    assert cli_main(["repeat-mix", str(fasta), str(other), "--seq-length", "32", "--val-fraction", "0.5",
+                     "--out", str(tmp_path / "c.json")]) == 0
+    c = json.loads((tmp_path / "c.json").read_text())
+    assert c["fasta"] == [str(fasta), str(other)] and "Markov" in c["base"]
+
+
 def test_a_checkpoint_given_twice_or_not_at_all_is_one_line(files, tmp_path, capsys):
     ckpt = str(files[0])
     assert cli_main(["generate", ckpt, "--ckpt_path", ckpt, "--out", str(tmp_path / "g.fa")]) == 2

@@ -265,3 +265,38 @@ def test_predict_beside_a_file_named_predictions_writes_to_the_next_free_folder(
     capsys.readouterr()
     assert (tmp_path / "predictions").read_text() == "a user's notes"
     assert (tmp_path / "predictions_1" / "window_scores.tsv").is_file()
+
+
+@pytest.mark.slow
+def test_packed_predict_scores_each_document_alone_and_short_records_too(tmp_path, write_fasta, capsys):
+    """With data.packing, predict writes a line per document of a packed row: every fixed window of
+    packing off is there with the same log-likelihood (a document scores as if alone), and the short
+    records and contig ends that fixed windows skip have lines of their own."""
+    import csv
+    from pathlib import Path
+
+    from biomoe.cli.main import main as cli_main
+
+    root = Path(__file__).resolve().parents[1]
+    fasta = write_fasta({"long": random_dna(3000, 4), "plasmid": random_dna(150, 5), "phage": random_dna(90, 6)})
+    data = ["--data.fasta", str(fasta), "--data.seq_length", "128", "--data.val_fraction", "0.5"]
+    quiet = ["--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
+    assert cli_main(["fit", "--config", str(root / "configs/tiny.yaml"), *data, *quiet, "--trainer.max_steps", "2",
+                     "--trainer.default_root_dir", str(tmp_path / "fit")]) == 0
+    (ckpt,) = (tmp_path / "fit").rglob("last.ckpt")
+
+    def predict(packing: str, folder: str) -> dict[tuple[str, int, int], float]:
+        assert cli_main(["predict", "--config", str(root / "configs/tiny.yaml"), "--ckpt_path", str(ckpt), *data,
+                         "--data.packing", packing, *quiet, "--trainer.default_root_dir", str(tmp_path / folder)]) == 0
+        with open(tmp_path / folder / "predictions" / "window_scores.tsv") as handle:
+            rows = list(csv.DictReader(handle, delimiter="\t"))
+        return {(r["contig"], int(r["start"]), int(r["end"])): float(r["log_likelihood"]) for r in rows}
+
+    windows, documents = predict("false", "windows"), predict("true", "packed")
+    capsys.readouterr()
+    assert windows and set(windows) < set(documents)
+    for key, value in windows.items():
+        assert documents[key] == pytest.approx(value, rel=1e-3, abs=1e-3), key
+    extra = set(documents) - set(windows)
+    assert {c for c, _, _ in extra} >= {"plasmid", "phage"}  # short records: skipped as windows, scored packed
+    assert sum(e - s for _, s, e in documents) == 1500 + 75 + 45  # the last half of every record, once

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import NoReturn
 
 from biomoe.checkpoint.safe_types import TRUST_ENV
@@ -134,6 +135,17 @@ def add_checkpoint_argument(parser: argparse.ArgumentParser, inputs: str | None 
     parser.add_argument("--trust-checkpoint", dest="trust_checkpoint", action="store_true",
                         help=TRUST_HELP)
     parser.set_defaults(checkpoint_inputs=inputs)
+
+
+def is_model_path(path: str | os.PathLike[str]) -> bool:
+    """Whether an input names a model rather than a genome: a ``.ckpt`` file or distributed
+    checkpoint, or a folder holding checkpoints (a run or version folder). For commands whose model
+    is optional, where ``CKPT genome.fa`` must be told from two FASTA inputs."""
+    from biomoe.checkpoint.run_folder import checkpoints_under, is_distributed_checkpoint
+
+    path = Path(path)
+    return (path.suffix == ".ckpt" and path.exists()) or is_distributed_checkpoint(path) or \
+        (path.is_dir() and bool(checkpoints_under([path])))
 
 
 def checkpoint_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argparse.Namespace:

@@ -1,11 +1,11 @@
 """``biomoe repeat-mix``: held-out bits/base of a model alone and mixed with the repeat expert.
 
-The base model is a checkpoint (``--ckpt_path``) or, without one, an order-k Markov model fitted on the
-training split. The repeat table is fitted on the training split too (both strands), so the mixed
+The base model is a checkpoint (first, ``repeat-mix CKPT genome.fa``, or ``--ckpt_path``) or, without
+one, an order-k Markov model fitted on the training split. The repeat table is fitted on the training split too (both strands), so the mixed
 number is a held-out score like any other: same split, windows and positions as ``validate``
 (:mod:`biomoe.genomics.repeat_mix` computes it).
 
-    python cli.py repeat-mix data/large/ecoli536_NC_008253.fna.gz --ckpt_path last.ckpt --out out.json
+    python cli.py repeat-mix last.ckpt data/large/ecoli536_NC_008253.fna.gz --out out.json
     python cli.py repeat-mix data/large/ecoli536_NC_008253.fna.gz --markov-order 7
 """
 
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from biomoe.cli.arguments import CommandParser, positive_int
+from biomoe.cli.arguments import CommandParser, is_model_path, positive_int
 from biomoe.cli.grammar import add_option
 from biomoe.files import check_outputs, write_text
 
@@ -62,6 +62,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--plot", type=Path, default=None,
                         help="PNG of bits/base per held-out window, alone and mixed, along the genome")
     args = parser.parse_args(argv)
+    if args.ckpt is None and len(args.fasta) > 1 and is_model_path(args.fasta[0]):
+        args.ckpt, args.fasta = args.fasta[0], args.fasta[1:]  # ``repeat-mix CKPT genome.fa``: the model first
     # imported after parsing: --help stays fast
     import torch
 

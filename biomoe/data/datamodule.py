@@ -6,8 +6,8 @@ that the command line and configs set them as ``data.<name>``; checkpoints recor
 splits :mod:`biomoe.data.splits`, the order of training windows :mod:`biomoe.data.samplers`.
 With ``packing`` (the default) training, validation and test rows are
 :class:`~biomoe.data.packed.PackedGenomeDataset`: whole short records and pieces of long contigs,
-each its own document (``batch["position_ids"]``); ``predict`` always reads fixed windows, because
-it writes one score per window with its contig and coordinates.
+each its own document (``batch["position_ids"]``); ``predict`` scores the validation rows and writes
+one line per document (or window) with its contig and coordinates.
 
 With several files, training windows are drawn per file (:class:`GenomeWeightedSampler`) when
 ``sampling_temperature`` or ``file_weights`` ask for shares other than by size, and every
@@ -52,7 +52,7 @@ class GenomeDataModule(L.LightningDataModule):
     ``setup()`` opens the genome (FASTA is validated and indexed, see :mod:`biomoe.data.fasta`;
     other formats go to their registered reader, see :mod:`biomoe.data.registry`) and builds the
     window (or packed row) tables from :func:`split_genome`. Held-out splits are read with stride
-    ``seq_length`` and no reverse complement; ``predict`` reads the validation split as fixed windows. ``test`` reads the test
+    ``seq_length`` and no reverse complement; ``predict`` reads the validation split. ``test`` reads the test
     split; without one configured it reads the validation split and says so. ``val_fraction=0``
     and no ``val_contigs``/``val_files`` disables validation.
 
@@ -102,7 +102,6 @@ class GenomeDataModule(L.LightningDataModule):
         self.train_dataset: Rows | None = None
         self.val_dataset: Rows | None = None
         self._test_dataset: Rows | None = None
-        self._predict_dataset: GenomeWindowDataset | None = None
         self.shares: np.ndarray | None = None
 
     @classmethod
@@ -162,12 +161,11 @@ class GenomeDataModule(L.LightningDataModule):
         self.splits = splits
         self.genome = genome
 
-    def _held_out(self, genome: SequenceReader, regions: list[Region], split: str, packing: bool | None = None
-                  ) -> Rows | None:
+    def _held_out(self, genome: SequenceReader, regions: list[Region], split: str) -> Rows | None:
         if not regions:
             return None
         config = self.config
-        rows = PackedGenomeDataset if (config.packing if packing is None else packing) else GenomeWindowDataset
+        rows = PackedGenomeDataset if config.packing else GenomeWindowDataset
         return rows(genome, config.seq_length, stride=config.seq_length, max_n_fraction=config.max_n_fraction,
                     regions=regions, rc_prob=0.0, seed=config.seed, tokenizer=self.tokenizer, split=split,
                     tag_genome=True)
@@ -255,14 +253,9 @@ class GenomeDataModule(L.LightningDataModule):
         return self._loader(self._require(self.test_dataset, "test"), shuffle=False)
 
     def predict_dataloader(self) -> DataLoader:
-        """Fixed windows of the validation split, also with ``packing``: ``predict`` writes one score
-        per window with its contig, start and end, which a row of several documents does not have."""
-        dataset = self._require(self.val_dataset, "predict")
-        if isinstance(dataset, PackedGenomeDataset):
-            if self._predict_dataset is None:
-                self._predict_dataset = self._held_out(self.genome, self._set_up().val, "predict", packing=False)
-            dataset = self._predict_dataset
-        return self._loader(dataset, shuffle=False)
+        """The validation split as validation reads it: fixed windows, or with ``packing`` packed rows,
+        each of whose documents ``predict`` writes on its own line (contig, start, end)."""
+        return self._loader(self._require(self.val_dataset, "predict"), shuffle=False)
 
 
 def _setting(name: str) -> property:

@@ -107,6 +107,11 @@ class PackedGenomeDataset(SeededRows):
         return [(self.genome.contigs[int(self.piece_contig[p])].name, int(self.piece_start[p]),
                  int(self.piece_end[p])) for p in self.table.row(index)]
 
+    def document_ids(self, index: int) -> list[int]:
+        """The pieces of row ``index``, in row order, as numbers unique across the dataset (pieces
+        are numbered in genome order: contig by contig, start by start)."""
+        return self.table.row(index).tolist()
+
     def reverse_complemented(self, index: int) -> np.ndarray:
         """Per document of row ``index``, whether it is reverse-complemented in the current epoch."""
         return self.flip_draws(index, self.table.row(index).size)

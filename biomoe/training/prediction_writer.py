@@ -24,7 +24,9 @@ class WindowScoreWriter(BasePredictionWriter):
     """Collects ``predict_step`` outputs and writes ``window_scores.tsv`` and ``per_base_loglik.npz``.
 
     TSV columns: window, contig, start (0-based), end, scored_bases (unambiguous A/C/G/T),
-    log_likelihood (nats, summed), bits_per_base. The npz holds, like ``embed``'s, one array and
+    log_likelihood (nats, summed), bits_per_base. With ``data.packing`` a line is one document of a
+    packed row (a whole short record or a piece of a long contig, scored alone), numbered in genome
+    order; without, one fixed window. The npz holds, like ``embed``'s, one array and
     its index: ``log_likelihood`` (float32, every window's per-base log p in nats one after the
     other, NaN where the base is not scored), and per window (in TSV order) ``window``, ``offset``
     (its first value in ``log_likelihood``), ``length``, ``start`` and ``contig`` (an index into
@@ -66,17 +68,17 @@ class WindowScoreWriter(BasePredictionWriter):
         counter = 0
         for batch_out, indices in zip(flat_preds, flat_idx or [None] * len(flat_preds)):
             loglik = batch_out["log_likelihood"].float().cpu().numpy()
-            for row, values in enumerate(loglik):
+            for row, row_values in enumerate(loglik):
                 index = int(indices[row]) if indices is not None else counter
                 counter += 1
-                scored = ~np.isnan(values)
-                total = float(np.nansum(values))
-                n = int(scored.sum())
-                contig, start, end = _window(dataset, index, values.shape[0])
-                rows.append({"window": index, "contig": contig, "start": start, "end": end,
-                             "scored_bases": n, "log_likelihood": f"{total:.4f}",
-                             "bits_per_base": f"{-total / n / math.log(2):.5f}" if n else "nan"})
-                arrays[index] = values.astype(np.float32)
+                for number, contig, start, end, part in _pieces(dataset, index, row_values.shape[0]):
+                    values = row_values[part]
+                    total = float(np.nansum(values))
+                    n = int((~np.isnan(values)).sum())
+                    rows.append({"window": number, "contig": contig, "start": start, "end": end,
+                                 "scored_bases": n, "log_likelihood": f"{total:.4f}",
+                                 "bits_per_base": f"{-total / n / math.log(2):.5f}" if n else "nan"})
+                    arrays[number] = values.astype(np.float32)
         rows.sort(key=lambda r: r["window"])
         names = sorted({r["contig"] for r in rows}, key=[r["contig"] for r in rows].index)
         lengths = np.array([arrays[r["window"]].size for r in rows], dtype=np.int64)
@@ -100,7 +102,8 @@ class WindowScoreWriter(BasePredictionWriter):
                 writer.writerows(rows)
             with open(outputs.temp(npz), "wb") as handle:
                 np.savez_compressed(handle, **index)
-        print(f"predictions: {tsv} ({len(rows)} windows), {npz}")
+        print(f"predictions: {tsv} ({len(rows)} {'documents' if hasattr(dataset, 'documents') else 'windows'}), "
+              f"{npz}")
 
 
 def _check_folder(folder: Path) -> None:
@@ -128,8 +131,17 @@ def _predict_dataset(trainer) -> Any:
     return getattr(loader, "dataset", None)
 
 
-def _window(dataset: Any, index: int, length: int) -> tuple[str, int, int]:
+def _pieces(dataset: Any, index: int, length: int) -> list[tuple[int, str, int, int, slice]]:
+    """(number, contig, start, end, positions in the row) of what row ``index`` scored: its window,
+    or each document of a packed row (whole short records and pieces of long contigs, numbered in
+    genome order), so short records get their own line and padding none."""
+    if dataset is not None and hasattr(dataset, "documents"):
+        out, at = [], 0
+        for number, (name, start, end) in zip(dataset.document_ids(index), dataset.documents(index)):
+            out.append((number, str(name), int(start), int(end), slice(at, at + end - start)))
+            at += end - start
+        return out
     if dataset is not None and hasattr(dataset, "window"):
         name, start, end = dataset.window(index)
-        return str(name), int(start), int(end)
-    return "?", -1, -1
+        return [(index, str(name), int(start), int(end), slice(0, length))]
+    return [(index, "?", -1, -1, slice(0, length))]
