@@ -60,8 +60,8 @@ def test_repeat_mix_takes_the_model_first_as_the_other_commands_do(files, tmp_pa
     ckpt, fasta, _ = files
     first = ["repeat-mix", str(ckpt), str(fasta), "--seq-length", "32", "--val-fraction", "0.5", "--out",
              str(tmp_path / "a.json")]
-    option = ["repeat-mix", str(fasta), "--ckpt_path", str(ckpt), "--seq-length", "32", "--val-fraction", "0.5", "--out",
-              str(tmp_path / "b.json")]
+    option = ["repeat-mix", str(fasta), "--ckpt_path", str(ckpt), "--seq-length", "32", "--val-fraction", "0.5",
+              "--out", str(tmp_path / "b.json")]
     assert cli_main(first) == 0 and cli_main(option) == 0
     capsys.readouterr()
     a, b = (json.loads((tmp_path / name).read_text()) for name in ("a.json", "b.json"))
