@@ -16,12 +16,12 @@ from biomoe.model.config import ModelConfig
 def active_mlp_params(cfg: ModelConfig) -> int:
     """MLP weights one token passes through in one block (SwiGLU: 3 matrices)."""
     if cfg.moe_layer_ids:
-        return cfg.top_k * 3 * cfg.hidden_size * cfg.ffn_hidden_size
+        return 3 * cfg.hidden_size * (cfg.top_k * cfg.ffn_hidden_size + cfg.shared_expert_size)
     return 3 * cfg.hidden_size * cfg.dense_ffn_size
 
 
 @pytest.mark.parametrize("size", sorted(experts.SIZES))
-@pytest.mark.parametrize("variant", ["moe", "dense", "top1", "fine", "auxfree"])
+@pytest.mark.parametrize("variant", ["moe", "dense", "top1", "fine", "auxfree", "shared"])
 def test_every_variant_has_the_active_parameters_of_the_dense_model(size: str, variant: str) -> None:
     base = dict(experts.SIZES[size], vocab_size=64, num_layers=2)
     dense = ModelConfig(**{**base, **experts.variant_settings("dense", base["ffn_hidden_size"])})
@@ -31,8 +31,8 @@ def test_every_variant_has_the_active_parameters_of_the_dense_model(size: str, v
 
 
 def test_unknown_variant_is_one_line() -> None:
-    with pytest.raises(SystemExit, match="unknown variant 'shared'"):
-        experts.variant_settings("shared", 1024)
+    with pytest.raises(SystemExit, match="unknown variant 'switch'"):
+        experts.variant_settings("switch", 1024)
 
 
 def test_subset_caps_training_genomes_and_spreads_held_out_pieces(tmp_path: Path) -> None:

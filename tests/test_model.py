@@ -64,6 +64,36 @@ def test_dense_layers_and_active_params():
     assert cfg.active_params_per_token() > 0
 
 
+def test_a_shared_expert_adds_a_dense_mlp_every_token_passes_through():
+    """``shared_expert_size``: each MoE block adds a SwiGLU MLP to its routed experts' output; a
+    zero shared expert gives the plain MoE model's logits, a trained one changes them, every token's
+    gradient reaches it, and the parameter counts include it."""
+    torch.manual_seed(0)
+    plain = MoETransformer(tiny_config(moe_layers=[1]))
+    shared = MoETransformer(tiny_config(moe_layers=[1], shared_expert_size=16))
+    assert shared.blocks[0].shared_expert is None and shared.blocks[1].shared_expert is not None  # MoE blocks only
+    missing = shared.load_state_dict(plain.state_dict(), strict=False).missing_keys
+    assert sorted(missing) == ["blocks.1.shared_expert.down_proj.weight", "blocks.1.shared_expert.gate_up_proj.weight"]
+    ids = torch.randint(4, 8, (2, 12))
+    torch.nn.init.zeros_(shared.blocks[1].shared_expert.down_proj.weight)
+    torch.testing.assert_close(shared(ids).logits, plain(ids).logits)
+    torch.nn.init.normal_(shared.blocks[1].shared_expert.down_proj.weight, std=0.5)
+    logits = shared(ids).logits
+    assert not torch.allclose(logits, plain(ids).logits)
+    logits[:, 3].sum().backward()
+    assert shared.blocks[1].shared_expert.gate_up_proj.weight.grad.abs().sum() > 0
+    h = 32
+    extra = shared.config.active_params_per_token() - plain.config.active_params_per_token()
+    assert extra == 3 * h * 16 == sum(p.numel() for p in shared.blocks[1].shared_expert.parameters())
+
+
+def test_a_shared_expert_cannot_be_exported_to_mixtral_and_says_so():
+    from biomoe.interop.hf import check_exportable
+
+    with pytest.raises(ConfigError, match="shared_expert_size is 16, and Mixtral has no shared expert"):
+        check_exportable(MoETransformer(tiny_config(shared_expert_size=16)))
+
+
 def test_block_listed_twice_in_moe_layers_counts_once_in_router_losses():
     """aux/z are averaged over the MoE blocks; a repeated index must not halve them."""
     torch.manual_seed(0)

@@ -17,7 +17,8 @@ their bits/base per genome: the learning curves that the report groups by the co
 Variants are the ones the MoE literature says make experts pay, each at equal active parameters
 per token: ``top1`` (one expert of twice the width, Switch), ``fine`` (4x as many experts of a
 quarter the width, top-8, DeepSeekMoE's fine-grained experts), ``auxfree`` (DeepSeek-V3's
-bias-based balancing instead of the auxiliary loss).
+bias-based balancing instead of the auxiliary loss), ``shared`` (one routed expert beside a shared
+expert every token passes through, DeepSeekMoE's shared-expert isolation).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def variant_settings(variant: str, ffn: int) -> dict[str, object]:
         "top1": {"top_k": 1, "ffn_hidden_size": 2 * ffn},
         "fine": {"num_experts": 32, "top_k": 8, "ffn_hidden_size": ffn // 4},
         "auxfree": {"router_bias_update_rate": 0.001, "aux_loss_coef": 0.0},
+        "shared": {"top_k": 1, "shared_expert_size": ffn},  # one routed expert beside a shared one
     }
     if variant not in table:
         raise SystemExit(f"biomoe: error: --variants: unknown variant '{variant}' (known: {', '.join(table)})")

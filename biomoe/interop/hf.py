@@ -59,6 +59,9 @@ _TOP_RENAMES = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "mod
 def check_exportable(model: MoETransformer) -> None:
     """Refuse what MixtralForCausalLM cannot represent (one actionable line)."""
     cfg = model.config
+    if cfg.shared_expert_size:
+        raise ConfigError("cannot export to MixtralForCausalLM: model.config.shared_expert_size is "
+                          f"{cfg.shared_expert_size}, and Mixtral has no shared expert")
     dense = [i for i in range(cfg.num_layers) if i not in set(cfg.moe_layer_ids)]
     if dense:
         raise ConfigError(f"cannot export to MixtralForCausalLM: blocks {dense} are dense, Mixtral has an MoE "

@@ -89,6 +89,9 @@ class ModelConfig:
     dropout: float = checked(0.0, real(0.0, 1.0, hi_open=True))
     """Residual dropout on each block's attention and MLP outputs (training only). A regulariser
     for small genomes, where a model sees every base many times and starts to memorise."""
+    shared_expert_size: int = checked(0, integer(0))
+    """Hidden width of a shared expert in every MoE block: a SwiGLU MLP every token passes through
+    beside its routed experts (DeepSeekMoE, Qwen-MoE), for what all sequence has in common; 0 = none."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -136,7 +139,7 @@ class ModelConfig:
         for layer in range(self.num_layers):
             total += attn
             if layer in moe_ids:
-                total += self.top_k * 3 * h * f + h * self.num_experts
+                total += self.top_k * 3 * h * f + h * self.num_experts + 3 * h * self.shared_expert_size
             else:
                 total += 3 * h * self.dense_ffn_size
         return total + h * self.vocab_size

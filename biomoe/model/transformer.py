@@ -260,12 +260,18 @@ class Block(nn.Module):
             self.mlp: nn.Module = MoELayer(router, experts, backends.dispatcher())
         else:
             self.mlp = DenseMLP(cfg.hidden_size, cfg.dense_ffn_size)
+        # every token's own dense MLP beside its routed experts (model.config.shared_expert_size)
+        self.shared_expert = DenseMLP(cfg.hidden_size, cfg.shared_expert_size) \
+            if self.is_moe and cfg.shared_expert_size else None
         self.residual_dropout = nn.Dropout(cfg.dropout)  # identity when p = 0 or in eval mode
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | StaticKVCache | None = None,
                 documents: DocumentLayout | None = None) -> tuple[Tensor, Tensor, Tensor]:
         x = x + self.residual_dropout(self.attn(self.attn_norm(x), cos, sin, cache, self.layer_id, documents))
-        mlp_out, aux, z = self.mlp(self.mlp_norm(x))
+        normed = self.mlp_norm(x)
+        mlp_out, aux, z = self.mlp(normed)
+        if self.shared_expert is not None:
+            mlp_out = mlp_out + self.shared_expert(normed)[0]
         return x + self.residual_dropout(mlp_out), aux, z
 
 

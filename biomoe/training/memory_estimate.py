@@ -72,7 +72,8 @@ def total_parameters(config: Any) -> int:
     total = 0
     for layer in range(config.num_layers):
         total += 2 * h * h + 2 * h * kv
-        total += config.num_experts * 3 * h * f + h * config.num_experts if layer in moe else 3 * h * config.dense_ffn_size
+        total += (config.num_experts * 3 * h * f + h * config.num_experts + 3 * h * config.shared_expert_size
+                  if layer in moe else 3 * h * config.dense_ffn_size)
     embeddings = h * config.vocab_size
     return total + embeddings * (1 if config.tie_embeddings else 2)
 
