@@ -3,6 +3,8 @@ score-variants, checked on the CPU reference path."""
 
 from __future__ import annotations
 
+import re
+
 import threading
 
 import numpy as np
@@ -154,7 +156,7 @@ def test_score_fasta_runs_in_bf16_on_request_and_says_so(trained, write_fasta, t
                      "--precision", "bf16", "--batch-tokens", "128", "--no-progress"]) == 0
     captured = capsys.readouterr()
     assert "biomoe kernels on CPU" in captured.out and "weights=bf16" in captured.out
-    assert "Mbp/s" in captured.err
+    assert re.search(r"scored 200 bases in [\d.]+ s \([\d.]+ [kM]bp/s\)", captured.err), captured.err
     rows = (tmp_path / "s.tsv").read_text().splitlines()
     assert rows[0].startswith("contig\tlength") and rows[1].split("\t")[:3] == ["x", "200", "200"]
 
@@ -191,3 +193,10 @@ def test_a_load_selects_the_kernels_once_and_builds_the_model_once(trained, monk
     loaded = load_for_inference(ckpt, "cpu", announce=lambda line: None)
     assert sorted(calls) == ["MoETransformer", "read_checkpoint", "select_backends"]
     assert not loaded.module.embed.weight.is_meta
+
+
+def test_a_cpu_rate_is_written_in_kbp_a_gpu_rate_in_mbp():
+    from biomoe.cli.arguments import base_rate
+
+    assert base_rate(5_483_536, 865.32) == "6.3 kbp/s"
+    assert base_rate(13_500_000, 6.1) == "2.21 Mbp/s"

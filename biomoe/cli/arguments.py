@@ -119,6 +119,12 @@ def add_progress_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
+def base_rate(bases: int, seconds: float) -> str:
+    """``2.19 Mbp/s``, or ``6.3 kbp/s`` for a rate a CPU reaches (not ``0.006 Mbp/s``)."""
+    rate = bases / max(seconds, 1e-9)
+    return f"{rate / 1e6:.2f} Mbp/s" if rate >= 1e5 else f"{rate / 1e3:.1f} kbp/s"
+
+
 CHECKPOINT_HELP = "checkpoint file, or a run or version folder (its best checkpoint, else the last)"
 TRUST_HELP = ("load the checkpoint even if it holds pickled objects beyond tensors and biomoe's configs, "
               "which can run code: only for files from a source you trust (also BIOMOE_TRUST_CHECKPOINT=1)")

@@ -18,7 +18,7 @@ import numpy as np
 
 from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
                                   add_progress_option, add_runtime_options, model_from_args, parse_model_command,
-                                  positive_int)
+                                  base_rate, positive_int)
 from biomoe.data.reader import total_length
 from biomoe.data.registry import open_reader
 from biomoe.errors import GenomeInputError
@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
             np.savez(handle, **arrays)
         del out, arrays
     done = int(total_length(genome))
-    print(f"embedded {done:,} bases in {elapsed:.2f} s ({done / max(elapsed, 1e-9) / 1e6:.3f} Mbp/s)", file=sys.stderr)
+    print(f"embedded {done:,} bases in {elapsed:.2f} s ({base_rate(done, elapsed)})", file=sys.stderr)
     print(f"wrote {args.out} ({rows:,} x {hidden} embeddings, layer {'final' if layer is None else layer}, "
           f"pool {args.pool})")
     return 0

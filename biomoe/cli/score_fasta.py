@@ -28,7 +28,7 @@ import numpy as np
 
 from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
                                   add_progress_option, add_runtime_options, checkpoint_of, model_from_args,
-                                  positive_int)
+                                  base_rate, positive_int)
 from biomoe.data.reader import total_length
 from biomoe.data.registry import open_reader
 from biomoe.files import check_outputs, commit_together
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
                                 batch_tokens=args.batch_tokens)
         elapsed = time.perf_counter() - started
     bases = sum(values.size for values in per_base.values())
-    print(f"scored {bases:,} bases in {elapsed:.2f} s ({bases / max(elapsed, 1e-9) / 1e6:.3f} Mbp/s)", file=sys.stderr)
+    print(f"scored {bases:,} bases in {elapsed:.2f} s ({base_rate(bases, elapsed)})", file=sys.stderr)
     if repeat is not None and repeat.covered_fraction > 0.5:
         print(f"biomoe: warning: {repeat.covered_fraction:.0%} of the scored bases follow a k-mer of the repeat "
               "expert's training sequence: these scores measure its memory, not the model", file=sys.stderr)
