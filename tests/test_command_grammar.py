@@ -67,6 +67,8 @@ def test_repeat_mix_takes_the_model_first_as_the_other_commands_do(files, tmp_pa
     a, b = (json.loads((tmp_path / name).read_text()) for name in ("a.json", "b.json"))
     assert a["base"] == b["base"] == str(ckpt) and a["fasta"] == b["fasta"] == [str(fasta)]
     assert a["mixed_bits_per_base"] == b["mixed_bits_per_base"]
+    assert cli_main(["repeat-mix", str(ckpt), str(fasta), "--val-fraction", "0.5", "--out", str(tmp_path / "d.json")]) == 0
+    assert json.loads((tmp_path / "d.json").read_text())["seq_length"] == 32  # the checkpoint's training length
     other = write_fasta({"d": random_dna(200, seed=8)}, name="other.fa")
     assert cli_main(["repeat-mix", str(fasta), str(other), "--seq-length", "32", "--val-fraction", "0.5",
                      "--out", str(tmp_path / "c.json")]) == 0

@@ -54,7 +54,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--smoothing", type=float, default=0.005, help="add-δ for the repeat counts")
     parser.add_argument("--follow-copies", action="store_true",
                         help="keep following a copy past mismatches (XM-style copy expert)")
-    parser.add_argument("--seq-length", type=positive_int, default=1024)
+    parser.add_argument("--seq-length", type=positive_int, default=None,
+                        help="bases per held-out window (default: the checkpoint's training seq_length, else 1024)")
     parser.add_argument("--val-fraction", type=float, default=0.1)
     parser.add_argument("--val-contigs", nargs="*", default=None)
     parser.add_argument("--batch-size", type=positive_int, default=64)
@@ -74,6 +75,13 @@ def main(argv: list[str]) -> int:
     from biomoe.training.plots import plot_repeat_gain
 
     check_outputs([args.out, args.plot], [*args.fasta, args.ckpt])  # never over an input
+    if args.ckpt is not None:
+        from biomoe.checkpoint.records import training_seq_length
+        from biomoe.checkpoint.run_folder import resolve_checkpoint
+
+        args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder: its best checkpoint, said once
+        args.seq_length = args.seq_length or training_seq_length(args.ckpt)
+    args.seq_length = args.seq_length or 1024
     if args.ckpt is None and not 0 <= args.markov_order <= MAX_ORDER:
         parser.error(f"--markov-order must be in 0..{MAX_ORDER}")
     check_settings(args.k, args.switch, args.smoothing)
