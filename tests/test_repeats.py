@@ -88,6 +88,32 @@ def test_mixture_learns_to_trust_a_repeat_copy():
     torch.testing.assert_close(mixed[0, outside], torch.full((200,), np.log(0.25)), rtol=0, atol=1e-5)
 
 
+def test_each_document_of_a_packed_row_is_mixed_as_if_alone():
+    """Packed validation rows: the expert's k-mer context and its switching state start afresh at
+    every document (as attention does), so two documents packed into one row score what they
+    score in rows of their own; the row's padding scores nothing."""
+    from biomoe.data.tokenizer import PAD_ID
+    from biomoe.genomics.repeat_mix import score_rows
+
+    copy = random_dna(120, 6)
+    table = RepeatTable.fit([ids(random_dna(1500, 7) + copy)], k=10)
+    first, second = ids(random_dna(80, 8) + copy[:60]), ids(copy[60:] + random_dna(30, 9))  # the copy runs across
+    log_probs = torch.log_softmax(torch.randn(1, 256, 64), -1)
+    labels = torch.full((1, 256), PAD_ID)
+    labels[0, :140], labels[0, 140:230] = torch.from_numpy(first), torch.from_numpy(second)
+    positions = torch.cat([torch.arange(140), torch.arange(90), torch.arange(26)])[None]
+    packed = {"labels": labels, "loss_mask": TOK.unambiguous_mask(labels), "position_ids": positions}
+    scores, mask = score_rows(table, log_probs, packed, 0.003, 0.005, follow_copies=True)
+    assert mask.shape == (2, 140) and int(mask.sum()) == 230
+    for row, (lo, hi) in enumerate([(0, 140), (140, 230)]):
+        alone = {"labels": labels[:, lo:hi], "loss_mask": TOK.unambiguous_mask(labels[:, lo:hi])}
+        expected, _ = score_rows(table, log_probs[:, lo:hi], alone, 0.003, 0.005, follow_copies=True)
+        n = hi - lo
+        torch.testing.assert_close(scores.exact[row, :n], expected.exact[0])
+        torch.testing.assert_close(scores.copies[row, :n], expected.copies[0])
+    assert not scores.opinion[1, :10].any()  # fewer than k bases of the second document: no context yet
+
+
 def _diverged(seq: str, first: int, every: int, seed: int) -> tuple[str, list[int]]:
     """``seq`` with a substitution at base ``first`` and every ``every`` bases after it."""
     rng = np.random.default_rng(seed)
@@ -193,8 +219,9 @@ def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
 
     expected = score(dm, log_probs, callback.table, callback.switch, callback.smoothing, batch_size=4,
                      per_window=True)
-    windows = expected["windows"]
-    assert len(windows) == len(dm.val_dataset) and sum(w["bases"] for w in windows) == expected["positions"]
+    windows = expected["windows"]  # one per document of the packed validation rows
+    documents = sum(len(dm.val_dataset.documents(i)) for i in range(len(dm.val_dataset)))
+    assert len(windows) == documents and sum(w["bases"] for w in windows) == expected["positions"]
     weighted = sum(w["mixed"] * w["bases"] for w in windows) / expected["positions"]
     assert weighted == pytest.approx(expected["mixed_bits_per_base"], rel=1e-5)  # windows add up
     assert metrics["val/repeat_mix_bits_per_base"] == pytest.approx(expected["mixed_bits_per_base"], rel=1e-5)

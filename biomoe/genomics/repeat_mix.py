@@ -19,11 +19,12 @@ from torch.utils.data import DataLoader
 
 from biomoe.checkpoint.records import training_data_settings
 from biomoe.data.registry import open_reader
-from biomoe.data.tokenizer import NucleotideTokenizer
+from biomoe.data.tokenizer import PAD_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.genomics.markov import MarkovModel, training_sequences
-from biomoe.genomics.repeat_expert import (HELD_OUT_KEYS, RepeatExpert, RepeatTable, check_settings, fit_on_split,
-                                           score_batch)
+from biomoe.genomics.repeat_expert import (HELD_OUT_KEYS, BatchScores, RepeatExpert, RepeatTable, check_settings,
+                                           fit_on_split, score_batch)
+from biomoe.model.documents import documents_as_rows
 from biomoe.model.losses import LN2
 from biomoe.model.transformer import MoETransformer
 
@@ -37,13 +38,27 @@ LogProbs = Callable[[dict[str, Tensor]], Tensor]
 """A base model for :func:`score`: a validation batch -> ``[B, T, V]`` log-probabilities."""
 
 
-def _row_origin(dataset, index: int) -> tuple[str, int]:
-    """Contig and start of a validation row: its window, or the first document of a packed row."""
+def score_rows(table: RepeatTable, log_probs: Tensor, batch: dict[str, Tensor], switch: float, smoothing: float,
+               follow_copies: bool = False) -> tuple[BatchScores, Tensor]:
+    """:func:`score_batch` of a batch, and its loss mask in the same layout. Packed rows are scored
+    one document a row, so that the expert's k-mer context and its switching state start afresh
+    at every document, as the network's attention does; fixed windows are scored as they are."""
+    labels = batch["labels"].to(log_probs.device)
+    mask = batch["loss_mask"].bool().to(log_probs.device)
+    if batch.get("position_ids") is not None:
+        positions = batch["position_ids"].to(log_probs.device)
+        log_probs, labels, mask = documents_as_rows(positions, log_probs, labels, mask, fill=(0.0, PAD_ID, False))
+        real = labels[:, 0] != PAD_ID  # the padding at a row's end is no document
+        log_probs, labels, mask = log_probs[real], labels[real], mask[real]
+    return score_batch(table, log_probs, labels, switch, smoothing, follow_copies), mask
+
+
+def _origins(dataset, first_row: int, rows: int) -> list[tuple[str, int]]:
+    """Contig and start of what :func:`score_rows` scores for rows ``first_row...``: each window,
+    or each document of the packed rows."""
     if hasattr(dataset, "window"):
-        contig, start, _ = dataset.window(index)
-    else:
-        contig, start, _ = dataset.documents(index)[0]
-    return contig, start
+        return [dataset.window(i)[:2] for i in range(first_row, first_row + rows)]
+    return [(contig, start) for i in range(first_row, first_row + rows) for contig, start, _ in dataset.documents(i)]
 
 
 def score(datamodule: GenomeDataModule, base_log_probs: LogProbs, table: RepeatTable, switch: float,
@@ -51,17 +66,17 @@ def score(datamodule: GenomeDataModule, base_log_probs: LogProbs, table: RepeatT
     """Sums over the validation windows. ``base_log_probs(batch) -> [B, T, V]`` log-probabilities.
     ``mixed`` is the expert following copies with ``follow_copies`` (then ``exact_mixed`` is the
     exact-match mixture beside it), exact matches only without.
-    ``per_window`` adds ``windows``: contig, start (of a packed row: its first document), bases scored, bits/base alone and mixed, and the
+    ``per_window`` adds ``windows``: contig, start (with packed rows: of each document), bases scored, bits/base alone and mixed, and the
     share of bases after a training k-mer, for each validation window in order."""
     sums = {"base": 0.0, "mixed": 0.0, "base_on_repeats": 0.0, "mixed_on_repeats": 0.0}
     positions = covered = 0
     windows: list[dict] = []
     dataset = datamodule.val_dataset
+    rows_done = 0
     for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False):
         log_probs = base_log_probs(batch)
-        scores = score_batch(table, log_probs, batch["labels"], switch, smoothing, follow_copies)
+        scores, mask = score_rows(table, log_probs, batch, switch, smoothing, follow_copies)
         base_ll, mixed_ll = scores.base, scores.copies if follow_copies else scores.exact
-        mask = batch["loss_mask"].bool().to(log_probs.device)
         repeat = mask & scores.opinion
         sums["base"] -= float(base_ll[mask].double().sum())
         sums["mixed"] -= float(mixed_ll[mask].double().sum())
@@ -76,10 +91,11 @@ def score(datamodule: GenomeDataModule, base_log_probs: LogProbs, table: RepeatT
             alone = (-(base_ll * mask).sum(-1) / n / LN2).tolist()
             mixed = (-(mixed_ll * mask).sum(-1) / n / LN2).tolist()
             share = (repeat.sum(-1) / n).tolist()
-            for row in range(mask.shape[0]):
-                contig, start = _row_origin(dataset, len(windows))
+            origins = _origins(dataset, rows_done, batch["labels"].shape[0])
+            for row, (contig, start) in enumerate(origins):
                 windows.append({"contig": contig, "start": start, "bases": int(mask[row].sum()),
                                 "alone": alone[row], "mixed": mixed[row], "repeat_fraction": share[row]})
+        rows_done += batch["labels"].shape[0]
     bits = {name: value / LN2 / max(positions if "repeats" not in name else covered, 1)
             for name, value in sums.items()}
     result = {"positions": positions, "repeat_positions": covered,

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["DocumentLayout", "document_attention", "host_document_offsets", "masked_document_attention",
-           "varlen_available"]
+__all__ = ["DocumentLayout", "document_attention", "documents_as_rows", "host_document_offsets",
+           "masked_document_attention", "varlen_available"]
 
 SEQLEN_ROUNDING = 64
 """``max_seqlen`` is rounded up to a multiple of this (capped at the row length): the kernels only
@@ -100,6 +100,25 @@ class DocumentLayout:
         s = self.doc_ids.shape[1]
         causal = torch.ones(s, s, dtype=torch.bool, device=self.doc_ids.device).tril()
         return ((self.doc_ids[:, :, None] == self.doc_ids[:, None, :]) & causal)[:, None]
+
+
+def documents_as_rows(position_ids: Tensor, *tensors: Tensor, fill: tuple) -> tuple[Tensor, ...]:
+    """Packed rows ``[B, T, ...]`` as one row per document ``[D, L, ...]`` (``L``: the longest
+    document), each from its row's first column, the rest ``fill`` (one value per tensor). For
+    what runs along a sequence outside the network (a k-mer context, a switching state), so that it
+    starts afresh at every document as attention does. Padding at a row's end is a document too."""
+    starts = position_ids == 0
+    starts[:, 0] = True
+    document = starts.reshape(-1).cumsum(0) - 1
+    position = position_ids.reshape(-1)
+    count, length = int(document[-1]) + 1, int(position.max()) + 1
+    rows = []
+    for tensor, value in zip(tensors, fill, strict=True):
+        flat = tensor.reshape(-1, *tensor.shape[2:])
+        out = flat.new_full((count, length, *tensor.shape[2:]), value)
+        out[document, position] = flat
+        rows.append(out)
+    return tuple(rows)
 
 
 def masked_document_attention(q: Tensor, k: Tensor, v: Tensor, documents: DocumentLayout) -> Tensor:

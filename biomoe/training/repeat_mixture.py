@@ -18,7 +18,8 @@ from torch import Tensor
 
 from biomoe.training.markov_baseline import EvaluationPassCallback
 from biomoe.model.losses import LN2
-from biomoe.genomics.repeat_expert import RepeatTable, check_settings, fit_on_training_split, score_batch
+from biomoe.genomics.repeat_expert import RepeatTable, check_settings, fit_on_training_split
+from biomoe.genomics.repeat_mix import score_rows
 
 __all__ = ["RepeatMixture"]
 
@@ -61,9 +62,8 @@ class RepeatMixture(EvaluationPassCallback):
             return
         with trainer.precision_plugin.forward_context():
             logits = pl_module(batch["input_ids"], batch.get("position_ids")).logits
-        scores = score_batch(self.table, torch.log_softmax(logits.float(), -1), batch["labels"], self.switch,
-                             self.smoothing, self.follow_copies)
-        mask = batch["loss_mask"].bool()
+        scores, mask = score_rows(self.table, torch.log_softmax(logits.float(), -1), batch, self.switch,
+                                  self.smoothing, self.follow_copies)
         sums = [-scores.exact[mask].double().sum(), mask.sum().double(), (mask & scores.opinion).sum().double()]
         if scores.copies is not None:
             sums.append(-scores.copies[mask].double().sum())
