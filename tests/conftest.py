@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -91,8 +92,8 @@ def error_line(stderr: str) -> str:
     return lines[-1]
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """End the session when its tests end: torch.compile (the compiled AdamW and per-block graph
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Let the test run end when its tests end: torch.compile (the compiled AdamW and per-block graph
     tests on a GPU) leaves a pool of compile-worker processes that the interpreter otherwise waits
     for at exit, so a run printed its result and then sat for tens of seconds. The pool is shut
     down after the last test, pytest's exit status is left as it is, and any other non-daemon
@@ -104,6 +105,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutdown_compile_workers()
     lingering = [t.name for t in threading.enumerate()
                  if t is not threading.main_thread() and t.is_alive() and not t.daemon]
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if lingering and reporter is not None:
-        reporter.write_line(f"threads still running after the tests: {', '.join(lingering)}")
+    if lingering:
+        print(f"threads still running after the tests: {', '.join(lingering)}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 - ``torch._inductor.async_compile.shutdown_compile_workers``: torch.compile compiles kernels in a
   pool of worker processes that lives until the interpreter exits, and waiting for that pool at exit
-  can keep a finished process (a test session, a benchmark) alive for tens of seconds. Shutting it
+  can keep a finished process (a test run, a benchmark) alive for tens of seconds. Shutting it
   down once the compiled work is done lets the process end at once.
 """
 
