@@ -48,7 +48,7 @@ import numpy as np
 import torch
 import yaml
 
-from biomoe.bench.inference_cli import build_argv, run_command
+from biomoe.bench.inference_cli import build_argv, exit_error, run_command
 from biomoe.files import write_text
 
 __all__ = ["INFERENCE_TASKS", "InferenceRecord", "InferenceSettings", "NETWORKS", "default_fasta",
@@ -306,8 +306,14 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
     fresh = s.fresh_process
     common = ["--export", export, "--device", dev, "--window", s.window, "--batch-tokens", hf_tokens]
 
-    def hf_job(job: str, *extra: object) -> Callable[[bool], dict[str, Any]]:
-        return lambda warm: _hf_fresh([job, *common, *extra], work / f"{label}-hf-{job}.json")
+    def hf_side(job: str, extra: list[object],
+                in_process: Callable[[], Any]) -> Callable[[bool], dict[str, Any]] | None:
+        """HF's run of a job: its own process (``fresh``), else ``in_process()`` here; None without transformers."""
+        if not have_hf:
+            return None
+        if fresh:
+            return lambda warm: _hf_fresh([job, *common, *extra], work / f"{label}-hf-{job}.json")
+        return lambda warm: _hf_run(in_process())
     for task in s.tasks:
         if task == "score-fasta":
             out = work / f"{label}-score"
@@ -318,8 +324,8 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
                                   a, m, device, genome_bases,
                                   lambda: {"log_likelihood": sum(_tsv_column(o.with_suffix(".tsv"), "log_likelihood"))},
                                   fresh),
-                              None if not have_hf else hf_job("score-fasta", "--fasta", fasta) if fresh else
-                              (lambda warm: _hf_run(hf.hf_score_fasta(export, fasta, device, s.window, hf_tokens)))))
+                              hf_side("score-fasta", ["--fasta", fasta],
+                                      lambda: hf.hf_score_fasta(export, fasta, device, s.window, hf_tokens))))
         elif task == "embed":
             out = work / f"{label}-embed.npz"
             argv, missing = build_argv("embed", [str(ckpt), str(fasta)], {"--out": out, "--pool": "window"},
@@ -327,10 +333,8 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
                                         "--no-progress": True, "--device": dev})
             tasks.append(Task(task, "bases/s", "wall", s.window, 1.0,
                               lambda warm, a=argv, m=missing: _biomoe_run(a, m, device, genome_bases, fresh=fresh),
-                              None if not have_hf else
-                              hf_job("embed", "--fasta", fasta, "--pool-size", s.pool_size) if fresh else
-                              (lambda warm: _hf_run(hf.hf_embed(export, fasta, device, s.window, hf_tokens,
-                                                                s.pool_size)))))
+                              hf_side("embed", ["--fasta", fasta, "--pool-size", s.pool_size],
+                                      lambda: hf.hf_embed(export, fasta, device, s.window, hf_tokens, s.pool_size))))
         elif task == "score-variants":
             out = work / f"{label}-variants.tsv"
             argv, missing = build_argv("score-variants", [str(ckpt), str(fasta)],
@@ -340,10 +344,9 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
                               lambda warm, a=argv, m=missing, o=out: _biomoe_run(
                                   a, m, device, s.variants,
                                   lambda: {"mean_llr": float(np.mean(_tsv_column(o, "llr")))}, fresh),
-                              None if not have_hf else
-                              hf_job("score-variants", "--fasta", fasta, "--variants", variants) if fresh else
-                              (lambda warm: _hf_run(hf.hf_score_variants(export, fasta, variants, device, s.window,
-                                                                         hf_tokens)))))
+                              hf_side("score-variants", ["--fasta", fasta, "--variants", variants],
+                                      lambda: hf.hf_score_variants(export, fasta, variants, device, s.window,
+                                                                   hf_tokens))))
         elif task == "generate":
             for n in s.samples:
                 tasks.append(_generate_task(label, n, ckpt, export, s, work, have_hf))
@@ -390,8 +393,7 @@ def _hf_fresh(args: list[object], result: Path) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
-        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-        raise RuntimeError(f"HF {args[0]} exited with {done.returncode}: {tail[-400:]}")
+        raise exit_error(f"HF {args[0]}", done.returncode, done.stderr)
     data = json.loads(result.read_text())
     return {"seconds": seconds, "compute_seconds": data["compute_seconds"], "work": data["work"],
             "details": data["details"], "argv": ["python", *command[1:]]}

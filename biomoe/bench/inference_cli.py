@@ -3,8 +3,8 @@
 Each run is ``python cli.py ...`` in a fresh process with the command line a user would type (or,
 as a diagnostic, :func:`biomoe.cli.main.main` in this process), so the wall time covers what the
 user waits for: starting Python and importing what the command needs, verifying and loading the
-checkpoint, reading the genome, the forward passes and writing the output file. The options given are only those the
-command's parser accepts (read from its ``--help``), so the rows run against any version of the
+checkpoint, reading the genome, the forward passes and writing the output file. The options given
+are only those the command's parser accepts (read from its ``--help``), so the rows run against any version of the
 commands; what was passed is kept in each run's record.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["CommandRun", "accepted_options", "build_argv", "parse_report", "run_command"]
+__all__ = ["CommandRun", "accepted_options", "build_argv", "exit_error", "parse_report", "run_command"]
 
 CLI = Path(__file__).resolve().parents[2] / "cli.py"
 """The command line users run (``python cli.py``), for commands timed in a fresh process."""
@@ -95,6 +95,12 @@ class CommandRun:
     details: dict = field(default_factory=dict)
 
 
+def exit_error(what: str, code: int, stderr: str) -> RuntimeError:
+    """A timed run that failed: what ran, its exit status and its last stderr lines."""
+    tail = " | ".join(stderr.strip().splitlines()[-3:])
+    return RuntimeError(f"{what} exited with {code}: {tail[-400:]}")
+
+
 def run_command(argv: list[str], synchronize=None, fresh: bool = False) -> CommandRun:
     """Run ``cli.py ARGV``; stdout and stderr are captured, not shown. ``fresh``: as a user runs it,
     ``python cli.py ARGV`` in a new process, timed from its start to its exit (interpreter, imports,
@@ -121,7 +127,6 @@ def run_command(argv: list[str], synchronize=None, fresh: bool = False) -> Comma
         seconds = time.perf_counter() - started
         stdout, stderr = out.getvalue(), err.getvalue()
     if code != 0:
-        tail = " | ".join(line for line in stderr.strip().splitlines()[-3:])
-        raise RuntimeError(f"cli.py {' '.join(argv[:1])} exited with {code}: {tail[-400:]}")
+        raise exit_error(f"cli.py {' '.join(argv[:1])}", code, stderr)
     kernels = next((line.strip() for line in stdout.splitlines() if line.startswith("biomoe kernels")), None)
     return CommandRun(list(argv), seconds, code, stdout, stderr, parse_report(stderr), kernels)

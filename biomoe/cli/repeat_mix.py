@@ -1,8 +1,9 @@
 """``biomoe repeat-mix``: held-out bits/base of a model alone and mixed with the repeat expert.
 
 The base model is a checkpoint (first, ``repeat-mix CKPT genome.fa``, or ``--ckpt_path``) or, without
-one, an order-k Markov model fitted on the training split. The repeat table is fitted on the training split too (both strands), so the mixed
-number is a held-out score like any other: same split, windows and positions as ``validate``
+one, an order-k Markov model fitted on the training split. The repeat table is fitted on the training
+split too (both strands), so the mixed number is a held-out score like any other: same split,
+windows and positions as ``validate``
 (:mod:`biomoe.genomics.repeat_mix` computes it).
 
     python cli.py repeat-mix last.ckpt data/large/ecoli536_NC_008253.fna.gz --out out.json

@@ -234,6 +234,15 @@ class GenomeWindowDataset(SeededRows):
         start = int(self.starts[index])
         return self.genome.contigs[int(self.contig_index[index])].name, start, start + self.seq_length
 
+    def documents(self, index: int) -> list[tuple[str, int, int]]:
+        """Window ``index`` as the one document of its row (packed rows list several), so that what
+        reads rows document by document needs no case for fixed windows."""
+        return [self.window(index)]
+
+    def document_ids(self, index: int) -> list[int]:
+        """The number of the row's one document: the window's index."""
+        return [index]
+
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if index < 0:
             index += len(self)

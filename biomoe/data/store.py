@@ -33,8 +33,8 @@ from biomoe.data.store_twobit import Exceptions, TwoBitFile, lower_case
 from biomoe.errors import GenomeInputError
 from biomoe.files import sha256_file, write_text
 
-__all__ = ["FORMAT", "MANIFEST", "READABLE_VERSIONS", "VERSION", "StoreReader", "is_store", "read_store_manifest", "sha256_file",
-           "verify_shards"]
+__all__ = ["FORMAT", "MANIFEST", "READABLE_VERSIONS", "VERSION", "StoreReader", "is_store", "read_store_manifest",
+           "sha256_file", "verify_shards"]
 
 MANIFEST = "store.json"
 """The manifest's file name inside a store folder: a folder holding it is a store."""

@@ -14,6 +14,7 @@ and ``sizes`` (bases in the run), all unsigned 32-bit.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 from pathlib import Path
@@ -46,8 +47,7 @@ def encode_mask_runs(records: list[EncodedRecord]) -> bytes:
 def without_mask(record: EncodedRecord) -> EncodedRecord:
     """``record`` with no mask blocks (its runs go to the mask file instead)."""
     empty = np.zeros(0, dtype="<u4")
-    return EncodedRecord(record.name, record.length, record.n_starts, record.n_sizes, empty, empty,
-                         record.packed, record.exceptions)
+    return dataclasses.replace(record, mask_starts=empty, mask_sizes=empty)
 
 
 class MaskRuns:

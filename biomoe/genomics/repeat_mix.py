@@ -56,8 +56,6 @@ def score_rows(table: RepeatTable, log_probs: Tensor, batch: dict[str, Tensor], 
 def _origins(dataset, first_row: int, rows: int) -> list[tuple[str, int]]:
     """Contig and start of what :func:`score_rows` scores for rows ``first_row...``: each window,
     or each document of the packed rows."""
-    if hasattr(dataset, "window"):
-        return [dataset.window(i)[:2] for i in range(first_row, first_row + rows)]
     return [(contig, start) for i in range(first_row, first_row + rows) for contig, start, _ in dataset.documents(i)]
 
 
@@ -66,8 +64,9 @@ def score(datamodule: GenomeDataModule, base_log_probs: LogProbs, table: RepeatT
     """Sums over the validation windows. ``base_log_probs(batch) -> [B, T, V]`` log-probabilities.
     ``mixed`` is the expert following copies with ``follow_copies`` (then ``exact_mixed`` is the
     exact-match mixture beside it), exact matches only without.
-    ``per_window`` adds ``windows``: contig, start (with packed rows: of each document), bases scored, bits/base alone and mixed, and the
-    share of bases after a training k-mer, for each validation window in order."""
+    ``per_window`` adds ``windows``: contig, start (with packed rows: of each document), bases scored,
+    bits/base alone and mixed, and the share of bases after a training k-mer, for each validation
+    window (or document) in order."""
     sums = {"base": 0.0, "mixed": 0.0, "base_on_repeats": 0.0, "mixed_on_repeats": 0.0}
     positions = covered = 0
     windows: list[dict] = []

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from biomoe.data.packed import PackedGenomeDataset
 from biomoe.errors import GenomeInputError
 from biomoe.files import commit_together
 
@@ -102,8 +103,8 @@ class WindowScoreWriter(BasePredictionWriter):
                 writer.writerows(rows)
             with open(outputs.temp(npz), "wb") as handle:
                 np.savez_compressed(handle, **index)
-        print(f"predictions: {tsv} ({len(rows)} {'documents' if hasattr(dataset, 'documents') else 'windows'}), "
-              f"{npz}")
+        unit = "documents" if isinstance(dataset, PackedGenomeDataset) else "windows"
+        print(f"predictions: {tsv} ({len(rows)} {unit}), {npz}")
 
 
 def _check_folder(folder: Path) -> None:
@@ -134,14 +135,12 @@ def _predict_dataset(trainer) -> Any:
 def _pieces(dataset: Any, index: int, length: int) -> list[tuple[int, str, int, int, slice]]:
     """(number, contig, start, end, positions in the row) of what row ``index`` scored: its window,
     or each document of a packed row (whole short records and pieces of long contigs, numbered in
-    genome order), so short records get their own line and padding none."""
-    if dataset is not None and hasattr(dataset, "documents"):
-        out, at = [], 0
-        for number, (name, start, end) in zip(dataset.document_ids(index), dataset.documents(index)):
-            out.append((number, str(name), int(start), int(end), slice(at, at + end - start)))
-            at += end - start
-        return out
-    if dataset is not None and hasattr(dataset, "window"):
-        name, start, end = dataset.window(index)
-        return [(index, str(name), int(start), int(end), slice(0, length))]
-    return [(index, "?", -1, -1, slice(0, length))]
+    genome order), so short records get their own line and padding none. A dataset that does not
+    say where its rows come from gives one line per row."""
+    if not hasattr(dataset, "documents"):
+        return [(index, "?", -1, -1, slice(0, length))]
+    out, at = [], 0
+    for number, (name, start, end) in zip(dataset.document_ids(index), dataset.documents(index)):
+        out.append((number, str(name), int(start), int(end), slice(at, at + end - start)))
+        at += end - start
+    return out
