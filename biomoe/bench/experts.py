@@ -238,6 +238,10 @@ def tokens_to_reach(c: Contender, group: str, target: float) -> int | None:
     return next((t for t, v in c.curve.get(group, []) if v <= target), None)
 
 
+def _bits(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}"
+
+
 def markdown(contenders: list[Contender], command: str) -> str:
     """Held-out bits/base at the largest token count every contender reached (equal tokens), and how
     soon each reaches the dense model's bits/base there."""
@@ -251,10 +255,7 @@ def markdown(contenders: list[Contender], command: str) -> str:
              "| model | " + " | ".join(groups) + " | tokens to dense's (held-out strains / species) | tokens/s (side by side) | wall |",
              "| --- | " + " | ".join("---:" for _ in groups) + " | ---: | ---: | ---: |"]
     for c in contenders:
-        cells = []
-        for g in groups:
-            value = at_tokens(c, g, common)
-            cells.append("–" if value is None else f"{value:.4f}")
+        cells = [_bits(at_tokens(c, g, common)) for g in groups]
         ratios = []
         for g in ("held-out strains", "held-out species"):
             target = at_tokens(dense, g, common) if dense is not None else None
@@ -267,7 +268,7 @@ def markdown(contenders: list[Contender], command: str) -> str:
               "| model | tokens | " + " | ".join(groups) + " |", "| --- | ---: | " + " | ".join("---:" for _ in groups) + " |"]
     for c in contenders:
         last = max((p[0] for pts in c.curve.values() for p in pts), default=0)
-        cells = [f"{at_tokens(c, g, last):.4f}" if at_tokens(c, g, last) is not None else "–" for g in groups]
+        cells = [_bits(at_tokens(c, g, last)) for g in groups]
         lines.append(f"| {c.name} | {last / 1e6:.1f}M | " + " | ".join(cells) + " |")
     return "\n".join(lines) + f"\n\n```bash\n{command}\n```\n"
 
