@@ -21,7 +21,7 @@ def active_mlp_params(cfg: ModelConfig) -> int:
 
 
 @pytest.mark.parametrize("size", sorted(experts.SIZES))
-@pytest.mark.parametrize("variant", ["moe", "dense", "top1", "fine", "auxfree", "shared"])
+@pytest.mark.parametrize("variant", ["moe", "dense", "top1", "fine", "fine64", "auxfree", "shared"])
 def test_every_variant_has_the_active_parameters_of_the_dense_model(size: str, variant: str) -> None:
     base = dict(experts.SIZES[size], vocab_size=64, num_layers=2)
     dense = ModelConfig(**{**base, **experts.variant_settings("dense", base["ffn_hidden_size"])})
@@ -98,3 +98,43 @@ def test_report_names_a_contender_without_a_curve_and_reports_the_rest(tmp_path:
     assert [c["name"] for c in summary["contenders"]] == ["base-moe"]
     assert summary["without_curve"] == ["4x-moe: no metrics (biomoe: error: CUDA out of memory)"]
     assert "4x-moe" in (out / "summary.md").read_text() and "4x-moe" in capsys.readouterr().err
+
+
+def _speed_run(tmp: Path, model: dict, rates: list[tuple[int, float]], peak: float) -> Path:
+    version = tmp / "version_0"
+    version.mkdir(parents=True)
+    with (version / "metrics.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, ["step", "train/tokens_per_s", "train/peak_memory_gib"])
+        w.writeheader()
+        for step, rate in rates:
+            w.writerow({"step": step, "train/tokens_per_s": rate, "train/peak_memory_gib": peak})
+    import yaml
+
+    (version / "config.yaml").write_text(yaml.safe_dump({"model": {"config": model},
+                                                         "data": {"seq_length": 1024}}))
+    return tmp
+
+
+def test_speed_reads_the_steady_rate_and_compares_each_model_with_its_dense_twin(tmp_path: Path) -> None:
+    from biomoe.bench.expert_speed import flops_per_token, read_run, summarise
+
+    base = {"hidden_size": 512, "num_heads": 8, "num_kv_heads": 4, "ffn_hidden_size": 1024, "num_layers": 8,
+            "vocab_size": 64, "num_experts": 8, "top_k": 2}
+    dense_model = dict(base, moe_layers=[])
+    # warm-up rates (the first half of the steps) are left out of the median
+    dense = read_run(_speed_run(tmp_path / "d", dense_model, [(10, 1.0), (20, 5.0), (30, 600.0), (40, 700.0),
+                                                               (50, 800.0)], 3.0))
+    assert dense["tokens_per_s"] == 700.0 and dense["peak_memory_gib"] == 3.0
+    moe = read_run(_speed_run(tmp_path / "m", base, [(10, 1.0), (30, 400.0), (40, 350.0)], 5.0))
+    moe_again = read_run(_speed_run(tmp_path / "m2", base, [(10, 1.0), (30, 300.0), (40, 310.0)], 5.0))
+    results = {"base-dense-torch": {"size": "base", "variant": "dense", "kernels": "torch", "command": "", "runs": [dense]},
+               "base-moe-torch": {"size": "base", "variant": "moe", "kernels": "torch", "command": "",
+                                  "runs": [moe, {"exit": 1}, moe_again]}}
+    rows = {r["name"]: r for r in summarise(results, "NVIDIA H100 80GB HBM3")}
+    assert rows["base-moe-torch"]["vs_dense"] == pytest.approx((375.0 + 305.0) / 2 / 700.0)  # median of two runs
+    assert rows["base-moe-torch"]["tokens_per_s_range"] == [305.0, 375.0]  # the failed run is left out
+    # equal active parameters: the same FLOPs per token, but for the router's gate
+    cfg = ModelConfig(**dense_model)
+    assert flops_per_token(dense_model, 1024) == 6.0 * cfg.active_params_per_token() + 6.0 * 8 * 512 * 1024
+    assert flops_per_token(base, 1024) - flops_per_token(dense_model, 1024) == 6.0 * 8 * 512 * 8
+    assert rows["base-dense-torch"]["mfu"] == pytest.approx(700.0 * flops_per_token(dense_model, 1024) / 1e12 / 989.0)

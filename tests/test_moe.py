@@ -92,3 +92,39 @@ def test_all_tokens_to_one_expert():
     x = torch.rand(16, H)
     out, _, _ = layer(x)
     torch.testing.assert_close(out.double(), dense_reference(layer, x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("probs_applied", [False, True])
+@pytest.mark.parametrize("top_k", [1, 2, 8])
+def test_dispatch_and_combine_gradients_equal_autograd_of_the_plain_gather(probs_applied, top_k):
+    """The gather-only dispatch/combine (no scatter-add) against autograd through index ops, float64."""
+    from biomoe.model.moe.dispatch import LocalDispatcher
+    from biomoe.model.moe.router import RoutingResult, expert_counts
+
+    gen = torch.Generator().manual_seed(top_k)
+    tokens, hidden, experts = 29, 6, 8
+    x = torch.randn(tokens, hidden, dtype=torch.float64, generator=gen, requires_grad=True)
+    indices = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])
+    weights = torch.rand(tokens, top_k, dtype=torch.float64, generator=gen).requires_grad_()
+    scale = torch.randn(tokens * top_k, hidden, dtype=torch.float64, generator=gen)  # a stand-in "expert"
+    routing = RoutingResult(indices, weights, expert_counts(indices, experts), torch.empty(0), torch.zeros(()),
+                            torch.zeros(()))
+    dispatcher = LocalDispatcher()
+    dispatched = dispatcher.dispatch(x, routing)
+    assert torch.equal(dispatched.tokens_per_expert, torch.bincount(indices.reshape(-1), minlength=experts))
+    rows = dispatched.hidden * scale
+    if probs_applied:
+        rows = rows * dispatched.probs.unsqueeze(-1)
+    out = dispatcher.combine(rows, dispatched, routing, probs_applied)
+
+    order = torch.argsort(indices.reshape(-1), stable=True)
+    ref_rows = x[order // top_k] * scale * weights.reshape(-1)[order].unsqueeze(-1)
+    ref = torch.zeros_like(x).index_add(0, order // top_k, ref_rows)
+    torch.testing.assert_close(out, ref)
+    assert (indices.reshape(-1)[order].diff() >= 0).all()  # rows come out expert-major
+
+    g = torch.randn(tokens, hidden, dtype=torch.float64, generator=gen)
+    got = torch.autograd.grad((out * g).sum(), (x, weights))
+    want = torch.autograd.grad((ref * g).sum(), (x, weights))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)

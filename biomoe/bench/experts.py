@@ -16,7 +16,7 @@ their bits/base per genome: the learning curves that the report groups by the co
 
 Variants are the ones the MoE literature says make experts pay, each at equal active parameters
 per token: ``top1`` (one expert of twice the width, Switch), ``fine`` (4x as many experts of a
-quarter the width, top-8, DeepSeekMoE's fine-grained experts), ``auxfree`` (DeepSeek-V3's
+quarter the width, top-8, DeepSeekMoE's fine-grained experts; ``fine64``: 8x as many), ``auxfree`` (DeepSeek-V3's
 bias-based balancing instead of the auxiliary loss), ``shared`` (one routed expert beside a shared
 expert every token passes through, DeepSeekMoE's shared-expert isolation).
 """
@@ -56,6 +56,7 @@ def variant_settings(variant: str, ffn: int) -> dict[str, object]:
         "dense": {"moe_layers": []},  # a dense block's width defaults to ffn * top_k
         "top1": {"top_k": 1, "ffn_hidden_size": 2 * ffn},
         "fine": {"num_experts": 32, "top_k": 8, "ffn_hidden_size": ffn // 4},
+        "fine64": {"num_experts": 64, "top_k": 8, "ffn_hidden_size": ffn // 4},
         "auxfree": {"router_bias_update_rate": 0.001, "aux_loss_coef": 0.0},
         "shared": {"top_k": 1, "shared_expert_size": ffn},  # one routed expert beside a shared one
     }
@@ -351,8 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--command", default="", help="the command line to record in the summary")
     p.add_argument("--machine", default="", help="the machine the runs ran on, to record in the summary")
+    from biomoe.bench.expert_speed import add_parser, speed
+
+    add_parser(sub)
     args = parser.parse_args(argv)
-    return {"subset": subset, "run": run, "report": report}[args.what](args)
+    return {"subset": subset, "run": run, "report": report, "speed": speed}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -150,6 +150,9 @@ class BioMoEModule(L.LightningModule):
         if not first:
             rate = self._tokens_since_log / max(now - self._log_clock, 1e-9)
             self.log("train/tokens_per_s", torch.tensor(rate), prog_bar=True)
+            if self.device.type == "cuda":  # the allocator's high-water mark: a host counter, no sync
+                peak = torch.cuda.max_memory_allocated(self.device) / 2**30
+                self.log("train/peak_memory_gib", torch.tensor(peak), logger=True)
             if self._last_loss is not None:
                 self.log("loss", self._last_loss.detach().cpu(), prog_bar=True, logger=False)
         self._log_clock, self._tokens_since_log = now, 0

@@ -37,23 +37,82 @@ class TokenDispatcher:
         raise NotImplementedError
 
 
+class _GatherCopies(torch.autograd.Function):
+    """``rows = x[token_of_row]`` where every row of ``x`` is taken exactly ``copies`` times.
+
+    Autograd's own backward of a gather is a scatter-add (atomics, a zeroed buffer first). Here
+    each token's ``copies`` gradient rows are *gathered* through ``row_of_slot`` (the inverse
+    permutation) and summed: one read of the gradient, no atomics, deterministic."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, token_of_row: Tensor, row_of_slot: Tensor, copies: int) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(row_of_slot)
+        ctx.copies = copies
+        return x.index_select(0, token_of_row)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        (row_of_slot,) = ctx.saved_tensors
+        picked = grad.index_select(0, row_of_slot).view(-1, ctx.copies, grad.shape[-1])
+        return picked.sum(1), None, None, None
+
+
+class _WeightedCombine(torch.autograd.Function):
+    """``out[t] = Σ_j w[t, j] · rows[row_of_slot[t·k + j]]``: each token's k expert outputs, weighted.
+
+    A gather by the inverse permutation instead of a scatter-add into a zeroed buffer; the
+    backward gathers too (rows' gradient through ``order``), so no step of dispatch or combine
+    uses atomics. ``weights`` may be None (the experts applied them): a plain sum."""
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, weights: Tensor | None, row_of_slot: Tensor, order: Tensor,  # type: ignore[override]
+                top_k: int) -> Tensor:
+        picked = rows.index_select(0, row_of_slot).view(-1, top_k, rows.shape[-1])
+        ctx.top_k = top_k
+        ctx.save_for_backward(rows, weights, row_of_slot, order)
+        if weights is None:
+            return picked.sum(1)
+        return (picked * weights.to(rows.dtype).unsqueeze(-1)).sum(1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        rows, weights, row_of_slot, order = ctx.saved_tensors
+        k, hidden = ctx.top_k, grad.shape[-1]
+        grad = grad.to(rows.dtype)
+        grad_weights = None
+        if weights is None:
+            grad_picked = grad.unsqueeze(1).expand(-1, k, hidden)
+        else:
+            grad_picked = grad.unsqueeze(1) * weights.to(rows.dtype).unsqueeze(-1)
+            if ctx.needs_input_grad[1]:
+                picked = rows.index_select(0, row_of_slot).view(-1, k, hidden)
+                acc = torch.promote_types(rows.dtype, torch.float32)  # a dot product: accumulate in fp32 at least
+                grad_weights = (picked.to(acc) * grad.to(acc).unsqueeze(1)).sum(-1).to(weights.dtype)
+        grad_rows = grad_picked.reshape(-1, hidden).index_select(0, order)
+        return grad_rows, grad_weights, None, None, None
+
+
 class LocalDispatcher(TokenDispatcher):
-    """Single-device dispatch by a stable sort of the flattened expert ids (no host sync)."""
+    """Single-device dispatch by a stable sort of the flattened expert ids (no host sync).
+
+    Row ``r`` of the dispatched rows is (token, slot) ``order[r]``; ``row_of_slot`` is the inverse
+    permutation. Both directions move rows by gathers only (see :class:`_GatherCopies` and
+    :class:`_WeightedCombine`)."""
 
     def dispatch(self, hidden: Tensor, routing: RoutingResult) -> DispatchResult:
         num_tokens, top_k = routing.expert_indices.shape
-        flat_experts = routing.expert_indices.reshape(-1)
-        order = torch.argsort(flat_experts, stable=True)
+        order = torch.argsort(routing.expert_indices.reshape(-1), stable=True)
+        row_of_slot = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
         token_of_row = torch.div(order, top_k, rounding_mode="floor")
-        rows = hidden.reshape(num_tokens, -1).index_select(0, token_of_row)
+        rows = _GatherCopies.apply(hidden.reshape(num_tokens, -1), token_of_row, row_of_slot, top_k)
         probs = routing.expert_weights.reshape(-1).index_select(0, order)
         return DispatchResult(rows, routing.tokens_per_expert, probs,
-                              {"token_of_row": token_of_row, "num_tokens": num_tokens})
+                              {"order": order, "row_of_slot": row_of_slot, "num_tokens": num_tokens,
+                               "top_k": top_k})
 
     def combine(self, expert_output: Tensor, dispatched: DispatchResult,
                 routing: RoutingResult, probs_applied: bool) -> Tensor:
-        rows = expert_output
-        if not probs_applied:
-            rows = rows * dispatched.probs.unsqueeze(-1).to(rows.dtype)
-        out = rows.new_zeros(dispatched.state["num_tokens"], rows.shape[-1])
-        return out.index_add_(0, dispatched.state["token_of_row"], rows)
+        state = dispatched.state
+        weights = None if probs_applied else routing.expert_weights
+        return _WeightedCombine.apply(expert_output, weights, state["row_of_slot"], state["order"],
+                                      state["top_k"])

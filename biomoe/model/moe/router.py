@@ -53,10 +53,16 @@ def load_balancing_loss_from_sums(prob_sums: Tensor, counts: Tensor, tokens: Ten
 
 
 def expert_counts(indices: Tensor, num_experts: int) -> Tensor:
-    """Assignments per expert (int64 [E]); a scatter-add keeps the shape static for torch.compile."""
+    """Assignments per expert (int64 [E]); a scatter-add keeps the shape static for torch.compile.
+
+    The adds are int32: compiled, an int32 scatter-add is a kernel of atomic adds, while an int64
+    one falls back to the sorting ``index_put`` kernel, which sums the duplicates of each index
+    one after another: all tokens land on E indices, and that kernel took 4.7 ms a layer on an
+    H100 at 65k tokens and 8 experts (the atomics: microseconds)."""
     flat = indices.reshape(-1)
-    counts = torch.zeros(num_experts, dtype=torch.int64, device=flat.device)
-    return counts.index_add_(0, flat, torch.ones_like(flat))
+    counts = torch.zeros(num_experts, dtype=torch.int32, device=flat.device)
+    ones = torch.ones(flat.shape, dtype=torch.int32, device=flat.device)
+    return counts.index_add_(0, flat, ones).to(torch.int64)
 
 
 def router_z_loss(logits: Tensor) -> Tensor:

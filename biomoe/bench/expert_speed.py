@@ -1,0 +1,175 @@
+"""What an MoE step costs against its dense twin: each model alone on the GPU, as users train.
+
+Every contender is a fresh ``cli.py fit`` process of ``configs/corpus-study.yaml`` on the given
+store with only the model changed (the variants of :func:`biomoe.bench.experts.variant_settings`,
+at equal active parameters), run **alone**; rounds interleave the contenders so that drift of the
+machine falls on all of them. A run trains ``--steps`` steps with no validation; its tokens/s is
+the median of the rates the fit itself logs after the first half of its steps (compilation and
+warm-up excluded), its peak memory the allocator's high-water mark the fit logs. MFU counts
+``6 · active parameters · tokens + 6 · layers · hidden · sequence · tokens`` (matmuls forward and
+backward, causal attention scores and values counted whole) against the GPU's bf16 dense peak.
+
+    python -m biomoe.bench.experts speed --data subset.store --sizes base,4x \\
+        --variants dense,moe,fine,fine64 --kernels default,torch --rounds 3 --out results/experts/speed
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from biomoe.files import write_text
+
+TORCH_KERNELS = ["--model.runtime.norm_backend", "torch", "--model.runtime.attention_backend", "torch",
+                 "--model.runtime.router_backend", "torch", "--model.runtime.dispatch_backend", "torch"]
+"""``torch`` kernels: every layer component on torch (the experts are torch's grouped GEMM in the
+recipe either way). ``default`` = the product's choice: Transformer Engine layers where installed."""
+
+BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "B200": 2250.0, "A100": 312.0}
+"""Dense bf16 tensor-core peak per GPU name fragment (datasheet, without sparsity)."""
+
+
+def flops_per_token(model: dict, seq_length: int) -> float:
+    """Training FLOPs per token: 6 · active parameters + 6 · layers · hidden · sequence (attention)."""
+    from biomoe.model.config import ModelConfig
+
+    cfg = ModelConfig(**{k: v for k, v in model.items() if k in ModelConfig.__dataclass_fields__})
+    return 6.0 * cfg.active_params_per_token() + 6.0 * cfg.num_layers * cfg.hidden_size * seq_length
+
+
+def peak_tflops(gpu_name: str) -> float | None:
+    return next((v for k, v in BF16_PEAK_TFLOPS.items() if k in gpu_name), None)
+
+
+def read_run(run_dir: Path) -> dict:
+    """tokens/s (median of the second half of the logged rates), peak memory, the model config."""
+    import yaml
+
+    metrics = sorted(run_dir.glob("version_*/metrics.csv"))
+    if not metrics:
+        raise RuntimeError(f"{run_dir}: no metrics.csv (see {run_dir / 'fit.log'})")
+    rows = list(csv.DictReader(metrics[-1].open()))
+    rates = [(int(r["step"]), float(r["train/tokens_per_s"])) for r in rows if r.get("train/tokens_per_s")]
+    last_step = max(s for s, _ in rates)
+    steady = [v for s, v in rates if s > last_step / 2] or [v for _, v in rates]
+    peaks = [float(r["train/peak_memory_gib"]) for r in rows if r.get("train/peak_memory_gib")]
+    config = yaml.safe_load(sorted(run_dir.glob("version_*/config.yaml"))[-1].read_text())
+    return {"tokens_per_s": statistics.median(steady), "peak_memory_gib": max(peaks) if peaks else None,
+            "model": config["model"]["config"], "seq_length": int(config["data"]["seq_length"])}
+
+
+def speed(args: argparse.Namespace) -> int:
+    from biomoe.bench.experts import contender_args
+
+    out, runs = Path(args.out), Path(args.runs)
+    contenders = [(size, variant, kernels) for size in args.sizes.split(",") for kernels in args.kernels.split(",")
+                  for variant in args.variants.split(",")]
+    results: dict[str, dict] = {}
+    text = ""
+    for round_ in range(args.rounds):
+        for size, variant, kernels in contenders:
+            name = f"{size}-{variant}-{kernels}"
+            run_dir = runs / f"{name}-r{round_}"
+            cmd = contender_args(size, variant, args.data, args.steps, 1, run_dir, [])
+            cmd += ["--trainer.limit_val_batches", "0", "--trainer.val_check_interval", str(10 * args.steps),
+                    "--trainer.log_every_n_steps", str(args.log_every)]
+            cmd += (TORCH_KERNELS if kernels == "torch" else []) + list(args.extra)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            started = time.perf_counter()
+            with (run_dir / "fit.log").open("w") as log:
+                code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+            entry = results.setdefault(name, {"size": size, "variant": variant, "kernels": kernels,
+                                              "command": " ".join(["python"] + cmd[1:]), "runs": []})
+            if code != 0:
+                print(f"{name} round {round_ + 1}: exit {code} (see {run_dir / 'fit.log'})", file=sys.stderr, flush=True)
+                entry["runs"].append({"exit": code})
+                continue
+            run = read_run(run_dir)
+            run["wall_s"] = time.perf_counter() - started
+            entry["runs"].append(run)
+            print(f"{name} round {round_ + 1}: {run['tokens_per_s'] / 1e3:.0f}k tokens/s, "
+                  f"peak {run['peak_memory_gib'] or 0:.1f} GiB, {run['wall_s']:.0f} s", file=sys.stderr, flush=True)
+            text = _write(args, out, results)  # after every run: a stopped bench keeps what it measured
+    print(text)
+    return 0
+
+
+def _write(args: argparse.Namespace, out: Path, results: dict[str, dict]) -> str:
+    gpu = args.machine or _gpu_name()
+    table = summarise(results, gpu)
+    command = args.command or " ".join(["python -m biomoe.bench.experts speed"] + sys.argv[2:])
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "speed.json", json.dumps({"command": command, "machine": gpu, "steps": args.steps,
+                                               "contenders": table}, indent=1) + "\n")
+    text = speed_markdown(table, gpu, command)
+    write_text(out / "speed.md", text)
+    return text
+
+
+def summarise(results: dict[str, dict], gpu: str) -> list[dict]:
+    """Median and range of each contender's runs, MFU, and the ratio to the dense model of its size and kernels."""
+    peak = peak_tflops(gpu)
+    rows = []
+    for name, entry in results.items():
+        ok = [r for r in entry["runs"] if "tokens_per_s" in r]
+        row = {k: entry[k] for k in ("size", "variant", "kernels", "command")}
+        row["name"], row["runs"] = name, entry["runs"]
+        if ok:
+            rates = [r["tokens_per_s"] for r in ok]
+            flops = flops_per_token(ok[0]["model"], ok[0]["seq_length"])
+            row.update(tokens_per_s=statistics.median(rates), tokens_per_s_range=[min(rates), max(rates)],
+                       tflops=statistics.median(rates) * flops / 1e12,
+                       peak_memory_gib=max((r["peak_memory_gib"] or 0) for r in ok))
+            row["mfu"] = row["tflops"] / peak if peak else None
+        rows.append(row)
+    for row in rows:
+        dense = next((r for r in rows if r["variant"] == "dense" and r["size"] == row["size"]
+                      and r["kernels"] == row["kernels"] and "tokens_per_s" in r), None)
+        if dense and "tokens_per_s" in row:
+            row["vs_dense"] = row["tokens_per_s"] / dense["tokens_per_s"]
+    return rows
+
+
+def speed_markdown(rows: list[dict], gpu: str, command: str) -> str:
+    lines = [f"Each model alone on one {gpu}, `cli.py fit` of configs/corpus-study.yaml; median (range) of the "
+             "interleaved runs; MFU against the bf16 dense peak.", "",
+             "| size | variant | kernels | tokens/s | range | vs dense | TFLOP/s | MFU | peak GiB |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if "tokens_per_s" not in r:
+            lines.append(f"| {r['size']} | {r['variant']} | {r['kernels']} | failed | | | | | |")
+            continue
+        lo, hi = r["tokens_per_s_range"]
+        mfu = f"{r['mfu']:.1%}" if r.get("mfu") is not None else "–"
+        ratio = f"{r['vs_dense']:.2f}x" if "vs_dense" in r else "–"
+        lines.append(f"| {r['size']} | {r['variant']} | {r['kernels']} | {r['tokens_per_s'] / 1e3:.0f}k | "
+                     f"{lo / 1e3:.0f}k–{hi / 1e3:.0f}k | {ratio} | {r['tflops']:.0f} | {mfu} | {r['peak_memory_gib']:.1f} |")
+    return "\n".join(lines) + f"\n\n```bash\n{command}\n```\n"
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("speed", help="tokens/s of every size x variant, each alone, interleaved rounds")
+    s.add_argument("--data", required=True, help="the prepared store (or FASTA folder) to train on")
+    s.add_argument("--sizes", default="base")
+    s.add_argument("--variants", default="dense,moe,fine,fine64")
+    s.add_argument("--kernels", default="default", help="default (TE layers where installed) and/or torch")
+    s.add_argument("--rounds", type=int, default=3)
+    s.add_argument("--steps", type=int, default=150)
+    s.add_argument("--log-every", type=int, default=10, help="steps between logged rates")
+    s.add_argument("--runs", default="runs/expert-speed", help="where the fits write")
+    s.add_argument("--out", required=True)
+    s.add_argument("--machine", default="")
+    s.add_argument("--command", default="")
+    s.add_argument("extra", nargs="*", help="more cli.py fit options for every contender (after --)")
