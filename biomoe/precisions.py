@@ -2,13 +2,21 @@
 
 Kept free of Transformer Engine imports so configuration can be checked anywhere (CPU, CI);
 :mod:`biomoe.backends.te.precision` turns these names into TE recipes.
+
+A name is parsed once, where it enters: :class:`~biomoe.model.config.RuntimeConfig` stores the
+canonical name (:func:`parse_precision`'s result) after its checks, and everything downstream (the
+start-up capability check, the TE recipe, the backend choice) reads that name as it is: a key of
+:data:`PRECISIONS`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from biomoe.errors import ConfigError
+
+__all__ = ["PRECISIONS", "PrecisionSpec", "canonical_precision", "parse_precision", "precision_problem"]
 
 
 @dataclass(frozen=True)
@@ -33,9 +41,22 @@ PRECISIONS: dict[str, PrecisionSpec] = {
     "nvfp4": PrecisionSpec("nvfp4", (10, 0), (12, 0), 128, "sm_100/sm_103 (Blackwell B200/B300)"),
 }
 
-def parse_precision(name: str, key: str = "precision") -> str:
-    """Normalise a precision name (case, ``_`` for ``-``) or raise a one-line ConfigError."""
-    normalised = str(name).strip().lower().replace("_", "-")
-    if normalised not in PRECISIONS:
-        raise ConfigError(f"{key}: {name!r} is unknown; choose one of {', '.join(PRECISIONS)}")
-    return normalised
+
+def canonical_precision(name: Any) -> str:
+    """The spelling a name is compared in (case and ``_`` for ``-`` do not matter); not checked."""
+    return str(name).strip().lower().replace("_", "-")
+
+
+def precision_problem(name: Any) -> str | None:
+    """The check of a precision field (:mod:`biomoe.checks`): None for a known name, else what is wrong."""
+    if canonical_precision(name) in PRECISIONS:
+        return None
+    return f"{name!r} is unknown; choose one of {', '.join(PRECISIONS)}"
+
+
+def parse_precision(name: Any, key: str = "precision") -> str:
+    """The canonical name (a key of :data:`PRECISIONS`), or a one-line ConfigError naming ``key``."""
+    problem = precision_problem(name)
+    if problem is not None:
+        raise ConfigError(f"{key}: {problem}")
+    return canonical_precision(name)

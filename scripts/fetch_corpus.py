@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from biomoe.data.corpus import (CorpusError, build_splits, fetch_corpus, read_manifest,  # noqa: E402
+from biomoe.data.sources.corpus import (CorpusError, build_splits, fetch_corpus, read_manifest,  # noqa: E402
                                 sketch_file, write_manifest, write_splits)
 from biomoe.errors import GenomeInputError  # noqa: E402
 

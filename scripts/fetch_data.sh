@@ -42,7 +42,7 @@ fi
 # Validate (and build the one-off decompressed cache) so problems show up now.
 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c '
 import sys
-from biomoe.data.fasta import Genome
+from biomoe.data.sources.genome import Genome
 for p in sys.argv[1:]:
     print(p, Genome(p))
 ' "$ecoli" "$fly"

@@ -22,7 +22,7 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
 $PY -c "import torch, lightning; print('torch', torch.__version__, 'lightning', lightning.__version__)"
 # Decompress and index the genome once, so four processes do not all write the same cache files.
-$PY -c "from biomoe.data.fasta import Genome; Genome(['data/large/ecoli536_NC_008253.fna.gz'])" || exit 3
+$PY -c "from biomoe.data.sources.genome import Genome; Genome(['data/large/ecoli536_NC_008253.fna.gz'])" || exit 3
 
 if [ -z "${SKIP_FIT:-}" ]; then  # SKIP_FIT=1: summarise and pack existing $OUT/<name>/ folders (testing)
   pids=()

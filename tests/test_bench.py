@@ -136,7 +136,7 @@ def test_each_shape_trains_from_its_own_recipe_unless_one_config_is_given(tmp_pa
 
 
 def test_genome_tokens_are_windows_of_the_genome_and_the_same_every_time():
-    from biomoe.data.registry import open_reader
+    from biomoe.data.sources.registry import open_reader
     from biomoe.data.tokenizer import NucleotideTokenizer
 
     fasta = Path(__file__).resolve().parents[1] / "data" / "lambda_virus.fa.gz"

@@ -94,6 +94,48 @@ def test_export_hf_takes_ckpt_path_too(files, tmp_path, capsys):
     assert "required: --out" in error_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("command, usage", [("export-hf", "[CKPT] [OUT]"), ("import-hf", "hf_dir [OUT]")])
+def test_a_conversion_shows_its_positional_destination_as_the_readme_writes_it(command, usage, capsys):
+    """README writes ``export-hf CKPT hf_model/`` and ``import-hf hf_model/ back.ckpt``: --help shows
+    that spelling beside ``--out``."""
+    text, options = _options_in_help(command, capsys)
+    assert usage in " ".join(text.split("\n\n")[0].split()), text
+    assert "--out" in options and re.search(r"^  OUT +the (folder|checkpoint) to write", text, re.M), text
+
+
+WINDOW_OPTIONS = {  # command -> (its window option, the rest of its command line under folder ``out``)
+    "score-fasta": ("--window", lambda ckpt, fasta, out: [ckpt, fasta, "--out", f"{out}/s", "--device", "cpu"]),
+    "embed": ("--window", lambda ckpt, fasta, out: [ckpt, fasta, "--out", f"{out}/e.npz", "--device", "cpu"]),
+    "generate": ("--context", lambda ckpt, fasta, out: [ckpt, "--length", "5", "--out", f"{out}/g.fa",
+                                                        "--device", "cpu"]),
+    "routing": ("--seq-length", lambda ckpt, fasta, out: [ckpt, fasta, "--windows", "2", "--no-plot",
+                                                          "--out", f"{out}/r.json", "--device", "cpu"]),
+    "repeat-mix": ("--seq-length", lambda ckpt, fasta, out: [ckpt, fasta, "--out", f"{out}/m.json"]),
+    "markov": ("--seq-length", lambda ckpt, fasta, out: ["--ckpt_path", ckpt, "--max-order", "1",
+                                                         "--out", f"{out}/k.json"]),
+}
+
+
+@pytest.mark.parametrize("command", sorted(WINDOW_OPTIONS))
+def test_every_window_option_defaults_and_warns_by_one_rule(command, tmp_path, write_fasta, capsys):
+    """A window past the training length gets the same warning whichever command reads it, and a
+    window of one base the same refusal."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
+                      ffn_hidden_size=32)
+    fasta = write_fasta({"c": random_dna(1200, seed=5)})
+    ckpt = save_checkpoint(tmp_path / "m.ckpt", MoETransformer(cfg), cfg,
+                           data={"fasta": str(fasta), "seq_length": 32, "val_fraction": 0.5})
+    option, rest = WINDOW_OPTIONS[command]
+    progress = ["--no-progress"] if command not in ("repeat-mix", "markov") else []
+    assert cli_main([command, *rest(str(ckpt), str(fasta), tmp_path), option, "64", *progress]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("biomoe: warning:")]
+    assert f"biomoe: warning: {option} 64 is longer than the 32 bases the model was trained on: positions " \
+           f"past 32 are ones it never saw" in " ".join(warned), warned
+    assert cli_main([command, *rest(str(ckpt), str(fasta), tmp_path / "x"), option, "1", *progress]) == 2
+    assert f"{option} 1: every base would be read with no context" in error_line(capsys.readouterr().err)
+
+
 def test_score_fasta_windows_default_to_the_training_length(files, tmp_path, capsys):
     import numpy as np
 
@@ -160,7 +202,8 @@ def test_every_command_reads_inputs_positionally_writes_out_and_spells_options_w
     assert {o for o in options if "_" in o} <= {"--ckpt_path"}, options
     assert not options & {"--fasta", "--json", "--seq_length"}, options
     usage = text.split("\n\n")[0]
-    assert not re.search(r"\b(out_dir|out_ckpt|dest)\b", usage), usage  # no positional output
+    # no output under an internal name (a conversion's positional destination is shown as OUT or DEST)
+    assert not re.search(r"\b(out_dir|out_ckpt|dest)\b", usage), usage
     assert "--out" in options, options  # recipes copy --out DEST too
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from biomoe.data.contig_names import (AmbiguousContigError, ContigNames, UnknownContigError, accession_of)
-from biomoe.data.reader import ContigInfo
+from biomoe.data.sources.reader import ContigInfo
 from biomoe.inference.generate import parse_region
 
 GI = "gi|208433976|ref|NC_011333.1|"

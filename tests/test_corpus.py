@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from biomoe.data import corpus
-from biomoe.data.corpus import (CorpusEntry, CorpusError, LocalResolver, assign_splits, build_splits,
+from biomoe.data.sources import corpus
+from biomoe.data.sources.corpus import (CorpusEntry, CorpusError, LocalResolver, assign_splits, build_splits,
                                 fetch_corpus, jaccard, mash_distance, read_manifest, read_records,
                                 sketch_sequences, strain_clusters, write_manifest)
 

@@ -15,7 +15,7 @@ from biomoe.data.dataset import GenomeWindowDataset
 from biomoe.data.packed import PackedGenomeDataset
 from biomoe.data.splits import split_regions
 from biomoe.errors import GenomeInputError
-from biomoe.data.fasta import Genome
+from biomoe.data.sources.genome import Genome
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from conftest import random_dna
 

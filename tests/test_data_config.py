@@ -12,7 +12,7 @@ import pytest
 from biomoe.data.config import DataConfig, check_settings, takes_fields_of
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig, RuntimeConfig
-from biomoe.training import validation
+from biomoe.cli.run import config_checks
 
 BAD_DATA = [
     ("seq_length", 0, "data.seq_length: must be >= 1, got 0"),
@@ -42,7 +42,7 @@ def test_a_bad_data_setting_is_one_line_naming_its_key(key, value, message) -> N
             build(**{key: value})
         assert str(info.value) == message
     with pytest.raises(ConfigError) as info:  # the command line's check, on the parsed config
-        validation.validate_config({"data": {key: value}})
+        config_checks.validate_config({"data": {key: value}})
     assert str(info.value) == message
 
 
@@ -87,7 +87,7 @@ def test_model_sections_check_their_fields_as_the_command_line_does() -> None:
     sections = {"model.config": ModelConfig, "model.optim": OptimConfig, "model.runtime": RuntimeConfig,
                 "data": DataConfig}
     checked = 0
-    for key, rule in validation.RULES.items():
+    for key, rule in config_checks.RULES.items():
         prefix, _, name = key.rpartition(".")
         cls = sections.get(prefix)
         if cls is None or key in ("model.optim.lr",) or name.endswith("backend"):
@@ -98,9 +98,9 @@ def test_model_sections_check_their_fields_as_the_command_line_does() -> None:
                 continue
             with pytest.raises(ConfigError) as info:
                 cls(**{name: value})
-            assert str(info.value) == str(validation.key_error(key, problem)), (key, value)
+            assert str(info.value) == str(config_checks.key_error(key, problem)), (key, value)
             checked += 1
     assert checked > 150
     OptimConfig(lr=0.0)
     with pytest.raises(ConfigError, match=r"^model.optim.lr: must be > 0, got 0$"):
-        validation.validate_config({"model": {"optim": {"lr": 0}}})
+        config_checks.validate_config({"model": {"optim": {"lr": 0}}})

@@ -14,7 +14,7 @@ import torch
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.data.samplers import EpochSeededRandomSampler, GenomeWeightedSampler, file_shares
 from biomoe.data.splits import split_genome
-from biomoe.data.fasta import Genome
+from biomoe.data.sources.genome import Genome
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.data.packed import PackedGenomeDataset

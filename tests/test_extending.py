@@ -91,7 +91,7 @@ def test_at_its_own_priority_auto_keeps_grouped(split_backend):
 
 
 def test_every_list_of_names_is_the_registry(split_backend):
-    from biomoe.training.validation import RULES
+    from biomoe.cli.run.config_checks import RULES
 
     assert "split" in known_backends()
     RuntimeConfig(expert_backend="split")  # the config accepts it

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from biomoe.data import fasta as fasta_mod
+from biomoe.data.sources import fasta_compression
+from biomoe.data.sources.fasta_paths import resolve_fasta_paths
+from biomoe.data.sources.genome import Genome
 from biomoe.errors import GenomeInputError
-from biomoe.data.fasta import Genome, resolve_fasta_paths
 from conftest import fasta_text, random_dna
 
 RECORDS = {"chr1": random_dna(1000, 1), "chr2": random_dna(333, 2), "chrM": random_dna(61, 3)}
@@ -37,9 +38,9 @@ def test_formats_read_identically(write_fasta, cache_dir, compression) -> None:
 
 
 def test_bgzf_and_gzip_detected(write_fasta, cache_dir) -> None:
-    assert fasta_mod._sniff_compression(write_fasta(RECORDS, "a.fa.gz", "bgzf")) == "bgzf"
-    assert fasta_mod._sniff_compression(write_fasta(RECORDS, "b.fa.gz", "gzip")) == "gzip"
-    assert fasta_mod._sniff_compression(write_fasta(RECORDS, "c.fa")) == "none"
+    assert fasta_compression.sniff_compression(write_fasta(RECORDS, "a.fa.gz", "bgzf")) == "bgzf"
+    assert fasta_compression.sniff_compression(write_fasta(RECORDS, "b.fa.gz", "gzip")) == "gzip"
+    assert fasta_compression.sniff_compression(write_fasta(RECORDS, "c.fa")) == "none"
 
 
 def test_crlf_ragged_lines_and_lowercase_accepted(write_fasta, cache_dir) -> None:
@@ -49,6 +50,15 @@ def test_crlf_ragged_lines_and_lowercase_accepted(write_fasta, cache_dir) -> Non
         path = write_fasta(text, name=f"crlf{i}.fa" + (".gz" if comp else ""), compression=comp)
         g = Genome(path, cache_dir=cache_dir)
         assert _read_all(g) == {"s1": seq, "s2": "AC"}
+
+
+@pytest.mark.parametrize("compression", ["gzip", None, "bgzf"])
+def test_crlf_file_whose_last_line_lacks_its_lf_is_read(write_fasta, cache_dir, compression) -> None:
+    """A Windows file cut after the last line's CR (no LF) was refused as old Mac (CR-only) line
+    endings, though every other line ends in CRLF."""
+    text = ">s1\r\nACGTAC\r\nGT\r\n>s2\r\nGGTT\r"
+    path = write_fasta(text, name="g.fa.gz" if compression else "g.fa", compression=compression)
+    assert _read_all(Genome(path, cache_dir=cache_dir)) == {"s1": "ACGTACGT", "s2": "GGTT"}
 
 
 def test_folder_and_multiple_files(tmp_path, write_fasta, cache_dir) -> None:
@@ -122,6 +132,7 @@ def _expect_error(path, match: str, cache_dir) -> GenomeInputError:
         (b"BZh91AY&SY", "bzip2"),
         (b">chr1\rACGT\rACGT\r", "carriage return.*CR-only"),
         (b">chr1\nACGT\rACGT\r", "line 2 contains a carriage return"),
+        (b">chr1\nACGT\nAC\r", "line 3 contains a carriage return"),  # no line ends in CRLF: a stray CR
         (b"\xef\xbb\xbf>chr1\nACGT\n", "byte-order mark"),
         (b">chr\xff1\nACGT\n", "header on line 1 is not valid UTF-8"),
         (b">chr1\nACGT\n>chr2 r\xe9gion\nACGT\n", "header on line 3 is not valid UTF-8"),
@@ -182,7 +193,7 @@ def test_duplicate_names_across_files_are_namespaced_by_file(write_fasta, cache_
 
 
 def test_file_labels_stay_unique() -> None:
-    from biomoe.data.fasta import file_labels
+    from biomoe.data.sources.fasta_paths import file_labels
 
     assert file_labels([Path("x/ecoli.fna.gz"), Path("x/staph.fa")]) == ["ecoli", "staph"]
     assert file_labels([Path("x/g.fa"), Path("x/g.fa.gz")]) == ["g.fa", "g.fa.gz"]
@@ -208,7 +219,7 @@ def test_unreadable_file(write_fasta, cache_dir, monkeypatch) -> None:
         finally:
             path.chmod(0o644)
     real_access = os.access
-    monkeypatch.setattr(fasta_mod.os, "access", lambda p, mode: False if Path(p) == path else real_access(p, mode))
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == path else real_access(p, mode))
     _expect_error(path, "permission denied", cache_dir)
 
 
@@ -234,7 +245,7 @@ def test_stale_fai_in_readonly_folder_is_an_error(write_fasta, cache_dir, monkey
     fai.write_text("chr1\t5\t6\t60\t61\n")
     real_access = os.access
     monkeypatch.setattr(
-        fasta_mod.os, "access",
+        os, "access",
         lambda p, mode: False if (mode & os.W_OK and Path(p) == path.parent) else real_access(p, mode),
     )
     _expect_error(path, "does not match", cache_dir)
@@ -268,7 +279,7 @@ def test_fai_with_wrong_offsets_in_readonly_folder_is_an_error(write_fasta, cach
     _edit_header_keep_lengths(path)
     real_access = os.access
     monkeypatch.setattr(
-        fasta_mod.os, "access",
+        os, "access",
         lambda p, mode: False if (mode & os.W_OK and Path(p) == path.parent) else real_access(p, mode),
     )
     _expect_error(path, "does not match", cache_dir)
@@ -284,7 +295,7 @@ def test_samtools_fai_of_unterminated_single_line_record_is_used(write_fasta, ca
     fai.write_text(samtools)
     real_access = os.access
     monkeypatch.setattr(
-        fasta_mod.os, "access",
+        os, "access",
         lambda p, mode: False if (mode & os.W_OK and Path(p) == path.parent) else real_access(p, mode),
     )
     assert _read_all(Genome(path, cache_dir=cache_dir)) == {"a": "ACGTACGTACG", "b": "ACGTACG"}
@@ -295,7 +306,7 @@ def test_samtools_fai_of_unterminated_single_line_record_is_used(write_fasta, ca
 def test_header_starting_exactly_at_a_chunk_boundary(write_fasta, cache_dir, monkeypatch, compression) -> None:
     """A read chunk ending in a newline left the scanner 'mid-line', so a header starting exactly at a
     1 MiB boundary was refused as a '>' inside the previous contig's sequence."""
-    monkeypatch.setattr(fasta_mod, "_CHUNK", 8)
+    monkeypatch.setattr(fasta_compression, "_CHUNK", 8)
     text = ">a\nACGT\n>b\nAC\n"  # byte 8 is the '>' of record b
     path = write_fasta(text, name="g.fa.gz" if compression else "g.fa", compression=compression)
     assert _read_all(Genome(path, cache_dir=cache_dir)) == {"a": "ACGT", "b": "AC"}
@@ -305,8 +316,8 @@ def test_truncated_bgzf_is_an_error(write_fasta, cache_dir) -> None:
     """A bgzip file cut at a block boundary decompresses cleanly; only the EOF block tells."""
     path = write_fasta(RECORDS, name="t.fa.gz", compression="bgzf")
     data = path.read_bytes()
-    assert data.endswith(fasta_mod._BGZF_EOF)
-    path.write_bytes(data[: -len(fasta_mod._BGZF_EOF)])
+    assert data.endswith(fasta_compression._BGZF_EOF)
+    path.write_bytes(data[: -len(fasta_compression._BGZF_EOF)])
     _expect_error(path, "truncated bgzip", cache_dir)
 
 

@@ -152,6 +152,15 @@ def test_cli_writes_fasta_samples_from_a_fasta_region(ckpt, write_fasta, tmp_pat
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would create it, not mkstemp's 0600
 
 
+def test_a_context_past_the_training_length_warns_as_score_fasta_and_embed_do(ckpt, tmp_path, capsys):
+    out = tmp_path / "s.fa"
+    assert cli_main(["generate", str(ckpt), "--prompt", "ACGT", "--length", "4", "--context", "99999",
+                     "--out", str(out), "--device", "cpu", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "biomoe: warning: --context 99,999 is longer than the 64 bases the model was trained on" in err, err
+    assert len(out.read_text().split("\n")[1]) == 4
+
+
 def test_cli_errors_are_one_line(ckpt, write_fasta, tmp_path, capsys):
     fasta = write_fasta({"chr1": random_dna(100)})
     cases = [

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from biomoe.cli.main import main as cli_main
-from biomoe.data.registry import open_reader
+from biomoe.data.sources.registry import open_reader
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.errors import ConfigError
 from biomoe.inference.batching import Window, pack_windows, prefetch

@@ -42,7 +42,7 @@ def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
 def write_yeast_gff(path: Path) -> Path:
     """A made-up annotation of yeast chrI (CDS every few kb, both strands): real coordinates are not
     bundled, and the notebook's panel only needs a GFF3 in the right shape."""
-    from biomoe.data.fasta import Genome
+    from biomoe.data.sources.genome import Genome
 
     contig = Genome(ROOT / "data/yeast_chrI.fna.gz").contigs[0]
     rows = ["##gff-version 3"]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from biomoe.data.registry import open_reader
+from biomoe.data.sources.registry import open_reader
 from biomoe.data.tokenizer import BOS_ID, N_ID, NucleotideTokenizer
 from biomoe.inference.batching import Window, genome_windows, pack_windows
 from biomoe.inference.embed import EmbeddingLayout, embed_genome

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from biomoe.data.datamodule import GenomeDataModule
-from biomoe.data.fasta import Genome
 from biomoe.data.packed import PackedGenomeDataset
 from biomoe.data.packing import cut_pieces, pack_rows
+from biomoe.data.sources.genome import Genome
 from biomoe.data.tokenizer import BOS_ID, PAD_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from conftest import random_dna

@@ -11,7 +11,7 @@ import torch
 from biomoe.cli.main import main as cli_main
 from biomoe.model.config import ModelConfig
 from biomoe.errors import GenomeInputError
-from biomoe.data.fasta import Genome
+from biomoe.data.sources.genome import Genome
 from biomoe.inference.load import load_model
 from biomoe.inference.scoring import sequence_log_likelihood
 from biomoe.model.losses import masked_cross_entropy_sum

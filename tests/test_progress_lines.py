@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from biomoe.training.progress_lines import ProgressLines, format_duration
+from biomoe.cli.run.progress_lines import ProgressLines, format_duration
 
 
 def fake_trainer(step: int, bar=None):
@@ -17,7 +17,7 @@ def fake_trainer(step: int, bar=None):
 
 def test_a_line_per_interval_with_step_loss_rate_and_time_left(monkeypatch):
     clock = iter([0.0, 1.0, 2.0, 11.0, 12.0, 25.0])
-    monkeypatch.setattr("biomoe.training.progress_lines.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("biomoe.cli.run.progress_lines.time.perf_counter", lambda: next(clock))
     out = io.StringIO()
     callback = ProgressLines(interval_s=10, stream=out)
     batch = {"input_ids": torch.zeros(4, 8, dtype=torch.long)}
@@ -37,7 +37,7 @@ class Terminal(io.StringIO):
 
 def run_one_interval(monkeypatch, out, bar) -> str:
     clock = iter([0.0, 100.0])
-    monkeypatch.setattr("biomoe.training.progress_lines.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("biomoe.cli.run.progress_lines.time.perf_counter", lambda: next(clock))
     callback = ProgressLines(interval_s=1, stream=out)
     callback.on_train_start(fake_trainer(0, bar=bar), None)
     callback.on_train_batch_end(fake_trainer(1, bar=bar), None, {"loss": torch.tensor(1.0)}, {}, 0)

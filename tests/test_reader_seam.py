@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from biomoe.data import registry
 from biomoe.data.datamodule import GenomeDataModule
-from biomoe.data.fasta import Genome
-from biomoe.data.reader import ContigInfo, SequenceReader
+from biomoe.data.sources import registry
+from biomoe.data.sources.genome import Genome
+from biomoe.data.sources.reader import ContigInfo, SequenceReader
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.inference.scoring import sequence_log_likelihood

@@ -90,6 +90,24 @@ def test_recipes_copy_writes_the_recipe_and_never_overwrites(tmp_path, monkeypat
     assert "no recipe named 'no-such'" in err and "\n" not in err
 
 
+def test_recipes_copy_onto_an_existing_file_names_the_destination_as_it_was_given(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.yaml").write_text("mine\n")
+    for argv, hint in ((["tiny", "tiny.yaml"], "give another DEST"), (["tiny", "--out", "tiny.yaml"], "give another --out"),
+                       (["tiny"], "give a DEST")):
+        assert main(["recipes", "copy", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "exists; not overwritten" in err and hint in err, (argv, err)
+    assert (tmp_path / "tiny.yaml").read_text() == "mine\n"
+
+
+def test_recipes_help_shows_the_positional_destination(capsys):
+    with pytest.raises(SystemExit):
+        main(["recipes", "--help"])
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert "[name] [DEST]" in usage, usage
+
+
 def test_recipes_help_says_data_paths_stay_relative_to_the_working_directory(capsys):
     with pytest.raises(SystemExit):
         main(["recipes", "--help"])

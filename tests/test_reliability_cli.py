@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import biomoe.data.fasta as fasta_mod
 from biomoe.cli.main import main
 from conftest import error_line, random_dna
 
@@ -83,7 +82,7 @@ def test_unreadable_path(tmp_path: Path, capsys, monkeypatch) -> None:
     path = tmp_path / "locked.fa"
     path.write_bytes(GOOD)
     real_access = os.access  # as root chmod cannot make it unreadable; os.access is what Genome asks
-    monkeypatch.setattr(fasta_mod.os, "access", lambda p, m: False if Path(p) == path else real_access(p, m))
+    monkeypatch.setattr(os, "access", lambda p, m: False if Path(p) == path else real_access(p, m))
     assert main(_fit_args(path, tmp_path)) == 2
     line = _error_line(capsys.readouterr().err)
     assert str(path) in line and "permission denied" in line

@@ -22,10 +22,10 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from biomoe.data.fasta import Genome  # noqa: E402
+from biomoe.data.sources.genome import Genome  # noqa: E402
 from biomoe.errors import GenomeInputError  # noqa: E402
 from biomoe.model.config import ConfigError  # noqa: E402
-from biomoe.training import validation  # noqa: E402
+from biomoe.cli.run import config_checks  # noqa: E402
 from biomoe.cli.main import main  # noqa: E402
 from conftest import random_dna  # noqa: E402
 
@@ -226,7 +226,7 @@ def _tiny_config() -> dict:
     return yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
 
 
-_NUMERIC_KEYS = sorted(key for key in validation.RULES if key.split(".")[0] in ("model", "data", "trainer")
+_NUMERIC_KEYS = sorted(key for key in config_checks.RULES if key.split(".")[0] in ("model", "data", "trainer")
                        and key not in ("data.fasta", "trainer.default_root_dir", "data.cache_dir"))
 _VALUE = st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
                    st.sampled_from([0, -1, 1, 0.5, 1.0, 2, None, True, False, "", "auto", "abc", [], [0.9], [1, 2, 3],
@@ -249,7 +249,7 @@ def test_validation_refuses_with_the_key_or_accepts(key: str, value) -> None:
     config = _tiny_config()
     _set(config, key, value)
     try:
-        validation.validate_config(config)
+        config_checks.validate_config(config)
     except ConfigError as exc:
         assert str(exc).startswith(key) and "\n" not in str(exc), (key, value, str(exc))
 

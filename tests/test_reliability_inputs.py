@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import biomoe.data.fasta as fasta_mod
-from biomoe.data.fasta import Genome
-from biomoe.errors import GenomeInputError
 from biomoe.cli.main import main
+from biomoe.data.sources import fasta_index, fasta_prepare
+from biomoe.data.sources.genome import Genome
+from biomoe.errors import GenomeInputError
 from conftest import error_line as _error_line, fasta_text, random_dna
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ def test_unchanged_file_still_uses_the_cache(tmp_path: Path, cache_dir: Path, mo
 
     path.write_bytes(gzip.compress(fasta_text({"c1": random_dna(3000, 3)}).encode()))
     Genome(path, cache_dir=cache_dir)
-    monkeypatch.setattr(fasta_mod, "scan_fasta", lambda p: pytest.fail("rescanned an unchanged file"))
+    monkeypatch.setattr(fasta_prepare, "scan_fasta", lambda p: pytest.fail("rescanned an unchanged file"))
     assert Genome(path, cache_dir=cache_dir).names == ["c1"]
 
 
@@ -122,7 +122,7 @@ def test_unreadable_entry_of_a_folder_is_warned_about(tmp_path: Path, cache_dir:
     locked = folder / "b.fa"
     locked.write_text(fasta_text({"b1": random_dna(500, 9)}))
     real_access = os.access  # root ignores chmod; os.access is what the folder listing asks
-    monkeypatch.setattr(fasta_mod.os, "access", lambda p, m: False if Path(p) == locked else real_access(p, m))
+    monkeypatch.setattr(os, "access", lambda p, m: False if Path(p) == locked else real_access(p, m))
     with pytest.warns(UserWarning, match=f"{locked}: permission denied"):
         assert Genome(folder, cache_dir=cache_dir).names == ["a1"]
 
@@ -163,7 +163,7 @@ def test_gzi_of_another_file_is_rebuilt(tmp_path: Path, cache_dir: Path) -> None
     with pytest.warns(UserWarning, match=rf"index {re.escape(str(gzi))} did not match the file; rebuilt"):
         genome = Genome(path, cache_dir=cache_dir)
     assert gzi.read_bytes() != wrong  # rebuilt in place, and said
-    assert fasta_mod._gzi_matches(path, gzi)
+    assert fasta_index._gzi_matches(path, gzi)
     expected = fasta_text({"c1": random_dna(200_000, 11)}).split("\n", 1)[1].replace("\n", "")
     assert genome.fetch("c1", 150_000, 150_100) == expected[150_000:150_100]
 
@@ -178,7 +178,7 @@ def test_gzi_of_another_file_in_a_read_only_folder_is_refused(tmp_path: Path, ca
     shutil.copy(next(cache_dir.glob("g.fa.gz.*.fai")), str(path) + ".fai")
     shutil.copy(next(cache_dir.glob("o.fa.gz.*.gzi")), str(path) + ".gzi")
     real_access = os.access
-    monkeypatch.setattr(fasta_mod.os, "access",
+    monkeypatch.setattr(os, "access",
                         lambda p, m: False if Path(p) == tmp_path and m == os.W_OK else real_access(p, m))
     with pytest.raises(GenomeInputError, match=r"g\.fa\.gz\.gzi does not match the FASTA and cannot be rebuilt"):
         Genome(path, cache_dir=cache_dir)

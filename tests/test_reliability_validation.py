@@ -12,7 +12,7 @@ import pytest
 
 from biomoe import checks
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
-from biomoe.training import validation
+from biomoe.cli.run import config_checks
 from biomoe.cli.main import main
 from conftest import error_line
 
@@ -112,7 +112,7 @@ def _tiny_with(key: str, text: str) -> dict:
 def test_bad_value_is_refused_by_the_validation_layer(args: list[str], expected: str) -> None:
     config = _tiny_with(args[0].lstrip("-"), args[1])
     with pytest.raises(ConfigError) as info:
-        validation.validate_config(config)
+        config_checks.validate_config(config)
     assert expected in str(info.value)
 
 
@@ -165,7 +165,7 @@ def test_every_option_biomoe_exposes_has_a_rule() -> None:
     module_args = set(inspect.signature(BioMoEModule.__init__).parameters) - {"self", "config", "optim", "runtime"}
     expected |= {f"model.{name}" for name in module_args}
     expected |= {f"data.{name}" for name in set(inspect.signature(GenomeDataModule.__init__).parameters) - {"self"}}
-    missing = sorted(expected - set(validation.RULES) - validation.FREE_FORM)
+    missing = sorted(expected - set(config_checks.RULES) - config_checks.FREE_FORM)
     assert not missing, f"no validation rule for: {missing}"
 
 
@@ -175,7 +175,7 @@ def test_every_trainer_argument_in_the_shipped_configs_has_a_rule() -> None:
     used: set[str] = set()
     for path in (ROOT / "configs").rglob("*.yaml"):
         used |= {f"trainer.{key}" for key in (yaml.safe_load(path.read_text()).get("trainer") or {})}
-    missing = sorted(used - set(validation.RULES) - validation.FREE_FORM)
+    missing = sorted(used - set(config_checks.RULES) - config_checks.FREE_FORM)
     assert not missing, f"no validation rule for: {missing}"
 
 
@@ -184,7 +184,7 @@ def test_every_shipped_config_passes_validation() -> None:
     import yaml
 
     for path in (ROOT / "configs").rglob("*.yaml"):
-        validation.validate_config(yaml.safe_load(path.read_text()))
+        config_checks.validate_config(yaml.safe_load(path.read_text()))
 
 
 @pytest.mark.parametrize("check, good, bad", [
@@ -192,8 +192,8 @@ def test_every_shipped_config_passes_validation() -> None:
     (checks.integer(1, optional=True), [1, 10**9, None], [0, 1.5, True, "3"]),
     (checks.sequence_of(checks.real(0.0, 1.0, hi_open=True), length=2), [(0.9, 0.95), [0, 0.5]],
      [(1.0, 0.9), (0.9,), "0.9,0.95", None]),
-    (validation._devices, [1, "auto", -1, "0,1", [0, 1], "2"], [0, "0", -2, [], [-1], "gpu", 1.5]),
-    (validation._batches, [None, 0, 5, 0.0, 0.5, 1.0], [-1, 1.5, "all", True]),
+    (config_checks._devices, [1, "auto", -1, "0,1", [0, 1], "2"], [0, "0", -2, [], [-1], "gpu", 1.5]),
+    (config_checks._batches, [None, 0, 5, 0.0, 0.5, 1.0], [-1, 1.5, "all", True]),
 ])
 def test_rules(check, good, bad) -> None:
     for value in good:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from biomoe.cli.main import main as cli_main
-from biomoe.data.registry import open_reader
+from biomoe.data.sources.registry import open_reader
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.genomics import routing_features
 from biomoe.genomics.genes import Gene

@@ -113,9 +113,9 @@ def test_fit_summary_and_plot_with_tensorboard(tmp_path, capsys, caplog):
 
 
 def test_missing_tensorboard_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
-    import biomoe.training.run_setup as run_setup
+    from biomoe.cli.run import trainer_setup
 
-    monkeypatch.setattr(run_setup, "package_installed", lambda name: False)
+    monkeypatch.setattr(trainer_setup, "package_installed", lambda name: False)
     code = main(["fit", "--config", TINY, "--trainer.default_root_dir", str(tmp_path),
                  "--trainer.logger", "lightning.pytorch.loggers.TensorBoardLogger",
                  "--trainer.logger.init_args.save_dir", str(tmp_path)])
@@ -131,7 +131,7 @@ def test_step_based_progress_bar_shows_no_negative_epoch_total():
 
     from lightning.pytorch.callbacks import RichProgressBar
 
-    from biomoe.training.run_setup import StepProgressBar, install_progress_bar
+    from biomoe.cli.run.trainer_setup import StepProgressBar, install_progress_bar
 
     bar = StepProgressBar()
     bar._trainer = SimpleNamespace(max_epochs=-1)
@@ -150,7 +150,7 @@ def test_step_based_progress_bar_shows_no_negative_epoch_total():
 def test_a_resumed_step_based_epoch_counts_its_earlier_batches_in_the_bar_total():
     from types import SimpleNamespace
 
-    from biomoe.training.run_setup import StepProgressBar
+    from biomoe.cli.run.trainer_setup import StepProgressBar
 
     def trainer(global_step: int, done: int, max_steps: int = 110, batches: int = 600):
         progress = SimpleNamespace(current=SimpleNamespace(ready=done))
@@ -169,22 +169,22 @@ def test_a_resumed_step_based_epoch_counts_its_earlier_batches_in_the_bar_total(
 def test_fit_through_the_cli_gets_the_step_based_progress_bar(tmp_path, monkeypatch):
     """The Trainer appends its default bar to the configured callback list itself: the CLI must
     still tell the user's callbacks from Lightning's and swap the default bar."""
-    from biomoe.training import run_setup
+    from biomoe.cli.run import trainer_setup
 
     seen = []
-    install = run_setup.install_progress_bar
+    install = trainer_setup.install_progress_bar
 
     def spy(trainer, configured):
         install(trainer, configured)
         seen.append(type(trainer.progress_bar_callback).__name__)
 
-    monkeypatch.setattr(run_setup, "install_progress_bar", spy)
+    monkeypatch.setattr(trainer_setup, "install_progress_bar", spy)
     assert main(fit_args(tmp_path, "--trainer.enable_progress_bar", "true", "--trainer.max_steps", "1")) == 0
     assert seen == ["StepProgressBar"]
 
 
 def test_tf32_is_set_only_on_gpus_with_tensor_cores(monkeypatch):
-    from biomoe.training.run_setup import set_matmul_precision
+    from biomoe.cli.run.trainer_setup import set_matmul_precision
 
     before = torch.get_float32_matmul_precision()
     try:
@@ -226,3 +226,39 @@ def test_other_fasta_on_the_command_line_drops_the_checkpoints_file_names():
     assert settings_to_apply(saved, current, data_keys_on_command_line(["--data", "d.yaml"])) == {}
     assert data_keys_on_command_line(["--data.val_contigs+=chr2", "--data.file_weights.a=2"]) == {"val_contigs",
                                                                                                  "file_weights"}
+
+
+def test_a_genome_too_short_to_validate_on_says_so_at_start_up(tmp_path, capsys):
+    """A 100-base genome holds out its last 10 bases at val_fraction 0.1, less than one window of
+    seq_length 128: the run trains and its validation means next to nothing, which it says once."""
+    fasta = tmp_path / "short.fa"
+    fasta.write_text(f">short\n{random_dna(100, 7)}\n")
+    code = main(["fit", "--config", TINY, "--data.fasta", str(fasta), "--data.cache_dir", str(tmp_path / "cache"),
+                 "--trainer.max_steps", "1", "--trainer.default_root_dir", str(tmp_path / "run"),
+                 "--trainer.logger", "false"])
+    assert code == 0
+    err = capsys.readouterr().err.splitlines()
+    notes = [line for line in err if line.startswith("biomoe: note:") and "validation" in line]
+    assert len(notes) == 1, err
+    assert notes[0].startswith("biomoe: note: this run's validation is only 10 bases")
+    assert "the genome is 100 bases, too short to hold out a validation window of 128 bases at data.val_fraction 0.1" \
+        in notes[0]
+
+
+def test_the_validation_note_says_when_nothing_is_held_out_and_is_quiet_otherwise():
+    from types import SimpleNamespace
+
+    from biomoe.cli.run.validation_note import validation_note
+
+    def datamodule(val, rows, val_fraction=0.1, **config):
+        settings = {"seq_length": 128, "val_fraction": val_fraction, "val_files": None, "val_contigs": None, **config}
+        return SimpleNamespace(splits=SimpleNamespace(train=[(0, 0, 90)], val=val, test=[]), val_dataset=rows,
+                               config=SimpleNamespace(**settings), has_val_split=bool(val_fraction))
+
+    none = validation_note(datamodule([], None))
+    assert none.startswith("biomoe: note: this run has no validation: the genome is 90 bases, too short")
+    short = validation_note(datamodule([(1, 0, 50)], [0], val_files=["b"]))
+    assert short.startswith("biomoe: note: this run's validation is only 50 bases") and "data.val_files hold" in short
+    assert validation_note(datamodule([(1, 0, 500)], [0], val_files=["b"])) is None  # at least one window
+    assert validation_note(datamodule([(0, 1800, 2000)], [0, 1])) is None
+    assert validation_note(datamodule([], None, val_fraction=0.0)) is None  # turned off by the user

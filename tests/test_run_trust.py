@@ -17,10 +17,10 @@ from jsonargparse import Namespace
 from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.errors import ConfigError
 from biomoe.model.config import ModelConfig
-from biomoe.training import memory_estimate, run_setup
-from biomoe.training.progress_lines import ProgressLines
-from biomoe.training.run_folders import follow_root_dir, options_given, remove_unstarted_run_folder
-from biomoe.training.run_identity import checkpoint_identity, differences, run_identity
+from biomoe.cli.run import memory_check, trainer_setup
+from biomoe.cli.run.folders import follow_root_dir, options_given, remove_unstarted_run_folder
+from biomoe.cli.run.progress_lines import ProgressLines
+from biomoe.cli.run.resume import checkpoint_identity, differences, run_identity
 from biomoe.training.stop_report import resume_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,9 +122,9 @@ def test_an_accelerator_this_machine_lacks_is_one_line_naming_the_key(monkeypatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match=r"^trainer.accelerator: 'gpu' is not available on this machine; it has: "
                                           r".*cpu"):
-        run_setup.check_accelerator("gpu")
-    run_setup.check_accelerator("auto")
-    run_setup.check_accelerator("cpu")
+        trainer_setup.check_accelerator("gpu")
+    trainer_setup.check_accelerator("auto")
+    trainer_setup.check_accelerator("cpu")
 
 
 def _genome_shape() -> ModelConfig:
@@ -138,13 +138,13 @@ def test_a_training_step_beyond_the_hosts_memory_stops_naming_batch_size(monkeyp
     model = SimpleNamespace(config=_genome_shape(), runtime=SimpleNamespace(activation_checkpointing=False))
     trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cpu")), world_size=1,
                               precision="bf16-mixed")
-    monkeypatch.setattr(memory_estimate, "host_memory_bytes", lambda: 24 * 10**9)
+    monkeypatch.setattr(memory_check, "host_memory_bytes", lambda: 24 * 10**9)
     with pytest.raises(ConfigError, match=r"^data.batch_size=64 x data.seq_length=1024: one training step needs at "
                                           r"least \d+ GB, more than the 24 GB of this machine"):
-        memory_estimate.check_training_memory(model, SimpleNamespace(batch_size=64, seq_length=1024), trainer)
-    memory_estimate.check_training_memory(model, SimpleNamespace(batch_size=32, seq_length=1024), trainer)
-    monkeypatch.setattr(memory_estimate, "host_memory_bytes", lambda: 64 * 10**9)
-    memory_estimate.check_training_memory(model, SimpleNamespace(batch_size=64, seq_length=1024), trainer)
+        memory_check.check_training_memory(model, SimpleNamespace(batch_size=64, seq_length=1024), trainer)
+    memory_check.check_training_memory(model, SimpleNamespace(batch_size=32, seq_length=1024), trainer)
+    monkeypatch.setattr(memory_check, "host_memory_bytes", lambda: 64 * 10**9)
+    memory_check.check_training_memory(model, SimpleNamespace(batch_size=64, seq_length=1024), trainer)
 
 
 def test_the_parameter_count_matches_a_built_model() -> None:
@@ -153,7 +153,7 @@ def test_the_parameter_count_matches_a_built_model() -> None:
     config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4,
                          top_k=2, ffn_hidden_size=32)
     built = sum(p.numel() for p in MoETransformer(config).parameters())
-    assert 0.95 * built <= memory_estimate.total_parameters(config) <= built  # norms left out
+    assert 0.95 * built <= memory_check.total_parameters(config) <= built  # norms left out
 
 
 def test_the_resume_command_replaces_ckpt_path(monkeypatch) -> None:
@@ -175,8 +175,8 @@ def test_a_resumed_progress_line_counts_towards_the_same_total() -> None:
 
 
 def test_the_model_summary_has_no_flops_line(capsys) -> None:
-    run_setup.ParameterSummary.summarize([(" ", ["0"]), ("Name", ["model"]), ("Params", ["35 K"]), ("FLOPs", ["0"])],
-                                         35_000, 35_000, 0.14, {"train": 3, "eval": 0}, 0)
+    columns = [(" ", ["0"]), ("Name", ["model"]), ("Params", ["35 K"]), ("FLOPs", ["0"])]
+    trainer_setup.ParameterSummary.summarize(columns, 35_000, 35_000, 0.14, {"train": 3, "eval": 0}, 0)
     out = capsys.readouterr().out
     assert "model" in out and "FLOPs" not in out
 

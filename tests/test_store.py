@@ -18,16 +18,16 @@ from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from torch.utils.data import DataLoader, Dataset
 
 from biomoe.cli.main import main
-from biomoe.data import store as store_module
-from biomoe.data.corpus import CorpusEntry, SplitRow, write_manifest, write_splits
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.data.dataset import GenomeWindowDataset
-from biomoe.data.fasta import Genome
-from biomoe.data.registry import open_reader
 from biomoe.data.samplers import EpochSeededRandomSampler, ResumableBatchSampler
-from biomoe.data.store import MANIFEST, StoreReader
-from biomoe.data.store_prepare import prepare_store
-from biomoe.data.store_twobit import RecordEncoder, TwoBitFile, iter_pieces, write_twobit
+from biomoe.data.sources import store as store_module
+from biomoe.data.sources.corpus import CorpusEntry, SplitRow, write_manifest, write_splits
+from biomoe.data.sources.genome import Genome
+from biomoe.data.sources.registry import open_reader
+from biomoe.data.sources.store import MANIFEST, StoreReader
+from biomoe.data.sources.store_prepare import prepare_store
+from biomoe.data.sources.store_twobit import RecordEncoder, TwoBitFile, iter_pieces, write_twobit
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ModelConfig, OptimConfig
 from biomoe.training.module import BioMoEModule

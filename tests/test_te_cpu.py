@@ -35,6 +35,33 @@ def test_unknown_precision_is_a_config_error():
         RuntimeConfig(precision="int8")
 
 
+def test_the_precision_is_parsed_once_where_the_config_reads_it(monkeypatch):
+    """RuntimeConfig stores the canonical name; the backend choice, the capability check and the
+    recipe read it as it is, so a spelling is never parsed a second time downstream."""
+    import biomoe.backends.select as select
+    import biomoe.backends.te.precision as te_precision
+
+    runtime = RuntimeConfig(precision="FP8_Current", precision_fallback="BF16")
+    assert (runtime.precision, runtime.precision_fallback) == ("fp8-current", "bf16")
+
+    def parsed_again(*args, **kwargs):
+        raise AssertionError(f"precision parsed again: {args}")
+
+    monkeypatch.setattr(te_precision, "parse_precision", parsed_again)
+    monkeypatch.setattr(select, "parse_precision", parsed_again, raising=False)
+    assert select.may_use_te(runtime)
+    selection = select.select_backends(ModelConfig(), runtime, torch.device("cpu"))
+    assert selection.precision.name == "bf16" and selection.precision.recipe is None  # the fallback, no TE
+
+
+@pytest.mark.parametrize("key", ["precision", "precision_fallback"])
+def test_an_unknown_precision_is_one_line_naming_its_key(key):
+    with pytest.raises(ConfigError) as err:
+        RuntimeConfig(**{key: "fp16"})
+    message = str(err.value)
+    assert message.startswith(f"model.runtime.{key}: 'fp16' is unknown; choose one of bf16, ") and "\n" not in message
+
+
 def test_supported_precisions_follow_capability():
     assert supported_precisions(H200, True, every_recipe_ok) == [
         "bf16", "fp8-delayed", "fp8-current", "fp8-block"]

@@ -1,4 +1,5 @@
-"""score-variants reads VCF/BCF through pysam: substitutions are scored as from a TSV table."""
+"""score-variants reads VCF/BCF through pysam: substitutions and indels are scored as from a TSV table,
+and alleles that are not sequence are listed with their reason."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from biomoe.inference.score_variants import Variant, read_vcf
+from biomoe.inference.score_variants import Variant
+from biomoe.inference.variant_vcf import read_vcf
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
 from biomoe.cli.main import main as cli_main
@@ -30,8 +32,8 @@ def _vcf_text() -> str:
     lines = [
         f"chr1\t50\trs1\t{SEQ[49]}\t{snv_alt}\t.\tPASS\t.",
         f"chr1\t100\t.\t{SEQ[99]}\t{multi[0]},{multi[1]}\t.\tPASS\t.",
-        f"chr1\t150\t.\t{SEQ[149]}\t{SEQ[149]}A\t.\tPASS\t.",  # insertion: skipped
-        f"chr1\t170\t.\t{SEQ[169]}\t<DEL>\t.\tPASS\t.",  # symbolic: skipped
+        f"chr1\t150\t.\t{SEQ[149]}\t{SEQ[149]}A\t.\tPASS\t.",  # insertion: scored
+        f"chr1\t170\t.\t{SEQ[169]}\t<DEL>\t.\tPASS\t.",  # symbolic: set aside
         f"chr1\t200\t.\t{mnv}\t{_other(mnv[0])}{_other(mnv[1])}\t.\tPASS\t.",  # 2-base substitution
     ]
     return HEADER + "\n".join(lines) + "\n"
@@ -45,13 +47,13 @@ def ckpt(tmp_path):
     return save_checkpoint(tmp_path / "tiny.ckpt", MoETransformer(cfg), cfg)
 
 
-def test_vcf_alleles_become_substitutions_and_others_are_counted(tmp_path):
+def test_vcf_alleles_become_variants_and_others_are_set_aside_with_a_reason(tmp_path):
     vcf = tmp_path / "calls.vcf"
     vcf.write_text(_vcf_text())
     variants, skipped = read_vcf(vcf)
-    assert skipped == 2
+    assert [(v.position, v.alt, reason) for v, reason in skipped] == [(170, "<DEL>", "symbolic allele (<DEL>)")]
     assert [(v.position, v.ref) for v in variants] == [(50, SEQ[49]), (100, SEQ[99]), (100, SEQ[99]),
-                                                        (200, SEQ[199:201])]
+                                                        (150, SEQ[149]), (200, SEQ[199:201])]
     assert variants[1].alt != variants[2].alt and all(isinstance(v, Variant) for v in variants)
 
 
@@ -69,23 +71,24 @@ def test_vcf_scores_equal_the_same_variants_from_a_table(ckpt, write_fasta, tmp_
                      + "".join(f"{v.contig}\t{v.position}\t{v.ref}\t{v.alt}\t{v.id}\n" for v in variants))
     common = [str(ckpt), str(fasta), "--window", "64"]
     assert cli_main(["score-variants", *common, "--variants", str(vcf), "--out", str(tmp_path / "v.tsv")]) == 0
-    assert "skipped 2 ALT allele(s)" in capsys.readouterr().err
+    assert "skipped 1 ALT allele(s)" in capsys.readouterr().err
     assert cli_main(["score-variants", *common, "--variants", str(table), "--out", str(tmp_path / "t.tsv")]) == 0
     from_vcf = (tmp_path / "v.tsv").read_text().splitlines()
-    assert len(from_vcf) == 1 + 4 and from_vcf == (tmp_path / "t.tsv").read_text().splitlines()
-    assert [line.split("\t")[2] for line in from_vcf] == ["id", "rs1", ".", ".", "."]  # the VCF ID carried
+    assert len(from_vcf) == 1 + 5 and from_vcf == (tmp_path / "t.tsv").read_text().splitlines()
+    assert [line.split("\t")[2] for line in from_vcf] == ["id", "rs1", ".", ".", ".", "."]  # the VCF ID carried
 
 
 def test_vcf_problems_are_one_line(ckpt, write_fasta, tmp_path, capfd, monkeypatch):
     fasta = write_fasta({"chr1": SEQ})
     bad = tmp_path / "bad.vcf"
     bad.write_text("this is not a VCF\n")
-    only_indels = tmp_path / "indels.vcf"
-    only_indels.write_text(HEADER + f"chr1\t150\t.\t{SEQ[149]}\t{SEQ[149]}A\t.\tPASS\t.\n")
+    only_symbolic = tmp_path / "symbolic.vcf"
+    only_symbolic.write_text(HEADER + f"chr1\t150\t.\t{SEQ[149]}\t<INS>\t.\tPASS\t.\n")
     undeclared = tmp_path / "undeclared.vcf"  # htslib warns about a contig missing from the header
     undeclared.write_text(HEADER + "chr2\t5\t.\tA\tC\t.\tPASS\t.\n")
     cases = [(tmp_path / "missing.vcf", "no such file"), (bad, "cannot read as VCF/BCF"),
-             (only_indels, "no substitutions to score"), (undeclared, "contig 'chr2' is not in the genome")]
+             (only_symbolic, "all 1 variants were skipped (1 symbolic allele"),
+             (undeclared, "contig 'chr2' is not in the genome")]
     for path, message in cases:
         assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(path),
                          "--out", str(tmp_path / "o.tsv")]) == 2
@@ -210,7 +213,8 @@ def test_a_plain_gzip_vcf_and_a_position_zero_are_one_line_each(ckpt, write_fast
 
 def test_each_allele_of_a_multi_allelic_record_is_its_own_row(ckpt, write_fasta, tmp_path, capsys):
     """``A  C,T`` gives one row per ALT, each naming its own allele and scored as that allele alone;
-    an insertion or deletion beside a substitution in one record is counted, the substitution scored."""
+    a deletion, a substitution and an insertion in one record share the ref window and are each
+    scored as if alone."""
     fasta = write_fasta({"chr1": SEQ})
     ref = SEQ[99]
     first, second = [b for b in "ACGT" if b != ref][:2]
@@ -222,10 +226,11 @@ def test_each_allele_of_a_multi_allelic_record_is_its_own_row(ckpt, write_fasta,
     out = tmp_path / "multi.tsv"
     common = [str(ckpt), str(fasta), "--window", "64", "--device", "cpu", "--no-progress"]
     assert cli_main(["score-variants", *common, "--variants", str(vcf), "--out", str(out)]) == 0
-    assert "skipped 2 ALT allele(s)" in capsys.readouterr().err
+    assert "skipped" not in capsys.readouterr().err
     rows = [line.split("\t") for line in out.read_text().splitlines()[1:]]
     assert [(r[1], r[2], r[3], r[4]) for r in rows] == [("100", "m1", ref, first), ("100", "m1", ref, second),
-                                                         ("120", "m2", pair, mnv)]
+                                                         ("120", "m2", pair, pair[0]), ("120", "m2", pair, mnv),
+                                                         ("120", "m2", pair, pair + "A")]
     for row in rows:  # each allele scored as if it were the only one
         single = tmp_path / f"one_{row[4]}.tsv"
         single.write_text(f"chr1\t{row[1]}\t{row[3]}\t{row[4]}\n")
@@ -249,3 +254,39 @@ def test_the_skipped_list_exists_when_every_variant_is_skipped(ckpt, write_fasta
     assert "all 2 variants were skipped" in line and str(listed) in line and not out.exists()
     rows = [r.split("\t") for r in listed.read_text().splitlines()]
     assert rows[0][-1] == "reason" and [r[0] for r in rows[1:]] == ["chrX", "chr1"]
+
+
+def test_vcf_alleles_that_are_not_sequence_are_listed_with_their_reason(ckpt, write_fasta, tmp_path, capsys):
+    """Symbolic alleles, ``*``, breakends, N or IUPAC codes and records without ALT are set aside
+    flag or not, listed in OUT.skipped.tsv with the reason, and the stderr note says how many and
+    where; a later run that sets nothing aside removes the list."""
+    fasta = write_fasta({"chr1": SEQ})
+    snv = f"chr1\t50\tok\t{SEQ[49]}\t{_other(SEQ[49])}\t.\tPASS\t."
+    vcf = tmp_path / "calls.vcf"
+    vcf.write_text(HEADER + "\n".join([
+        snv,
+        f"chr1\t60\tsv1\t{SEQ[59]}\t<DEL>\t.\tPASS\t.",
+        f"chr1\t70\tsp1\t{SEQ[69]}\t*,{_other(SEQ[69])}\t.\tPASS\t.",  # '*' set aside, the SNV scored
+        f"chr1\t80\tn1\t{SEQ[79]}\t{SEQ[79]}N\t.\tPASS\t.",
+        f"chr1\t90\tr1\t{SEQ[89]}\tR\t.\tPASS\t.",
+        f"chr1\t95\tbnd\t{SEQ[94]}\t{SEQ[94]}]chr1:300]\t.\tPASS\t.",
+        f"chr1\t99\tnoalt\t{SEQ[98]}\t.\t.\tPASS\t."]) + "\n")
+    out = tmp_path / "effects.tsv"
+    listed = tmp_path / "effects.skipped.tsv"
+    common = ["score-variants", str(ckpt), str(fasta), "--variants", str(vcf), "--out", str(out),
+              "--window", "64", "--device", "cpu", "--no-progress"]
+    assert cli_main(common) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "skipped" in line]
+    assert len(notes) == 1 and "skipped 6 ALT allele(s)" in notes[0] and str(listed) in notes[0]
+    assert "1 symbolic allele" in notes[0] and "2 not A/C/G/T" in notes[0]
+    assert [line.split("\t")[2] for line in out.read_text().splitlines()[1:]] == ["ok", "sp1"]
+    rows = [line.split("\t") for line in listed.read_text().splitlines()]
+    assert rows[0] == ["contig", "position", "id", "ref", "alt", "reason"]
+    assert [(r[2], r[4], r[5].split(" (")[0]) for r in rows[1:]] == [
+        ("sv1", "<DEL>", "symbolic allele"), ("sp1", "*", "spanning deletion"),
+        ("n1", SEQ[79] + "N", "not A/C/G/T"), ("r1", "R", "not A/C/G/T"),
+        ("bnd", f"{SEQ[94]}]chr1:300]", "breakend"), ("noalt", ".", "no ALT allele")]
+    assert rows[1][5] == "symbolic allele (<DEL>)" and rows[4][5] == "not A/C/G/T (ALT R has R)"
+    vcf.write_text(HEADER + snv + "\n")
+    assert cli_main(common) == 0
+    assert not listed.exists() and "skipped" not in capsys.readouterr().err

@@ -26,7 +26,6 @@ from biomoe.errors import ConfigError
 from biomoe.model.backends import LayerBackends
 from biomoe.model.config import LAYER_BACKEND_FIELDS, ModelConfig, RuntimeConfig
 from biomoe.model.moe.experts import EXPERT_BACKENDS, ExpertBackendQuery, resolve_expert_backend
-from biomoe.precisions import parse_precision
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +87,7 @@ def may_use_te(runtime: RuntimeConfig) -> bool:
     """Whether any choice of ``runtime`` can take Transformer Engine (else TE is not probed)."""
     return (any(getattr(runtime, name) != "torch" for name in LAYER_BACKEND_FIELDS)
             or runtime.expert_backend not in TORCH_EXPERT_BACKENDS
-            or parse_precision(runtime.precision) != "bf16")
+            or runtime.precision != "bf16")  # canonical: RuntimeConfig parsed it
 
 
 def select_backends(cfg: ModelConfig, runtime: RuntimeConfig,

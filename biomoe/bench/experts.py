@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from biomoe.data.corpus import read_records, read_splits
+from biomoe.data.sources.corpus import read_records, read_splits
 from biomoe.files import write_text
 
 CONFIG = "configs/corpus-study.yaml"

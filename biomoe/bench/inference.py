@@ -110,7 +110,7 @@ def write_bench_checkpoint(path: Path, config: dict[str, Any], runtime: dict[str
 def write_random_snvs(fasta: Path, path: Path, count: int, seed: int = 0) -> Path:
     """``count`` random substitutions (contig, 1-based position, ref, alt) as TSV: positions drawn
     by contig length, the reference base read from the genome (A/C/G/T only), alt one of the others."""
-    from biomoe.data.registry import open_reader
+    from biomoe.data.sources.registry import open_reader
 
     genome = open_reader(fasta)
     contigs = [c for c in genome.contigs if c.length > 0]
@@ -531,7 +531,7 @@ def run_inference(settings: InferenceSettings, out: Path, command: str, env: dic
     work_root = Path(tempfile.mkdtemp(prefix="biomoe-bench-inference-", dir=settings.work_dir))
     try:
         fasta = _plain_fasta(settings.fasta, work_root)
-        from biomoe.data.registry import open_reader
+        from biomoe.data.sources.registry import open_reader
 
         genome_bases = sum(c.length for c in open_reader(fasta).contigs)
         notes["genome"] = {"source": str(settings.fasta), "bases": genome_bases}

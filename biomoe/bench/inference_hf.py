@@ -58,7 +58,7 @@ def load_hf(folder: Path, device: torch.device):
 
 def _genome_batches(fasta: Path, window: int, batch_tokens: int) -> Iterator[tuple[list, np.ndarray]]:
     """Batches of equal-length windows, as (keys, ids [rows, length]), in genome order."""
-    from biomoe.data.registry import open_reader
+    from biomoe.data.sources.registry import open_reader
     from biomoe.inference.score_fasta import genome_windows
 
     rows = max(1, batch_tokens // window)
@@ -108,7 +108,7 @@ def hf_embed(folder: Path, fasta: Path, device: torch.device, window: int, batch
     """Last hidden state (``model.model``, after the final norm) of ``[BOS] + window``, the state
     of each base taken where it is the input token, mean-pooled over the A/C/G/T bases of each
     ``pool_size``-base bin of each contig on the device; the pooled rows copied to the host."""
-    from biomoe.data.registry import open_reader
+    from biomoe.data.sources.registry import open_reader
 
     started = time.perf_counter()
     model, settings = load_hf(folder, device)
@@ -148,7 +148,7 @@ def hf_score_variants(folder: Path, fasta: Path, variants_tsv: Path, device: tor
                       batch_tokens: int) -> HFRun:
     """Summed log-likelihood of the ref and the alt window of every variant (the windows
     ``score-variants`` scores), copied to the host as one fp32 pair per variant."""
-    from biomoe.data.registry import open_reader
+    from biomoe.data.sources.registry import open_reader
     from biomoe.inference.score_variants import prepare_windows, read_variants
 
     started = time.perf_counter()

@@ -136,7 +136,7 @@ def genome_tokens(shape: BenchShape, fasta: Path, device: torch.device, seed: in
     """``micro_batch`` windows of ``seq + 1`` bases read from ``fasta`` at offsets drawn with
     ``seed`` (contigs chosen by length), tokenized as training tokenizes them; labels are the next
     base. Real sequence routes tokens to experts as training does, which random bases do not."""
-    from biomoe.data.registry import open_reader
+    from biomoe.data.sources.registry import open_reader
     from biomoe.data.tokenizer import NucleotideTokenizer
 
     genome = open_reader(fasta)

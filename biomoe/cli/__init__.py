@@ -3,6 +3,8 @@
 * :mod:`~biomoe.cli.main` — dispatch and one-line error reports (``biomoe`` / ``cli.py``);
 * :mod:`~biomoe.cli.commands` — the command table;
 * :mod:`~biomoe.cli.lightning_cli` — ``fit``/``validate``/``test``/``predict`` (LightningCLI);
+* :mod:`~biomoe.cli.run` — those runs' bookkeeping: reading and checking the parsed config, run
+  folders, resuming, Trainer set-up, progress lines and the end-of-fit summary;
 * one module per other subcommand (``score_fasta``, ``generate``, ...): its options and ``main(argv)``;
 * :mod:`~biomoe.cli.arguments` — the argument parser and argument types those modules share.
 

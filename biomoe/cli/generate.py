@@ -27,7 +27,7 @@ from biomoe.cli.arguments import (CommandParser, add_checkpoint_argument, add_de
                                   add_runtime_options, checkpoint_of, model_from_args, positive_int)
 from biomoe.cli.grammar import merge_hidden_inputs
 from biomoe.data.contig_names import ContigNameError, ContigNames
-from biomoe.data.registry import open_reader
+from biomoe.data.sources.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.resources import host_memory_bytes
 from biomoe.files import atomic_write, check_outputs
@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="default %(default)s; each sample has its own stream")
     parser.add_argument("--allow-n", action="store_true", help="let the model emit N besides A/C/G/T")
     parser.add_argument("--context", type=positive_int, default=None,
-                        help="tokens the model attends to (default: the checkpoint's training seq_length)")
+                        help="tokens the model attends to (default: the checkpoint's training seq_length, else 1024)")
     parser.add_argument("--include-prompt", action="store_true", help="write prompt + generated bases")
     parser.add_argument("--name", default="sample", help="FASTA record names: NAME_1, NAME_2, ... (default %(default)s)")
     parser.add_argument("--line-width", type=positive_int, default=80, help="FASTA line width (default %(default)s)")
@@ -161,18 +161,16 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_arguments(argv)
     # imported after parsing: --help stays fast
-    from biomoe.checkpoint.records import training_seq_length
+    from biomoe.cli.windows import scoring_window
     from biomoe.data.tokenizer import NucleotideTokenizer
     from biomoe.inference.generate import SamplingSettings, default_batch_size, generate
     prompt, prompt_text, inputs = _prompt_from_args(args)
     check_output_size(args.num_samples, args.length)
     check_outputs([args.out], [args.ckpt, *inputs])
+    context = scoring_window(args.context, args.ckpt, "--context")  # checked against the training length
     settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.allow_n)
     model = model_from_args(args)
-    context = args.context or training_seq_length(args.ckpt)
-    if context is not None and context < 2:
-        raise GenomeInputError(None, f"--context {context}: needs at least 2 tokens (<bos> and a base)")
-    if prompt is not None and context is not None and len(prompt) > context - 1:
+    if prompt is not None and len(prompt) > context - 1:
         print(f"biomoe: note: the prompt has {len(prompt):,} bases; the model reads its last {context - 1:,} "
               f"(context {context:,} tokens)", file=sys.stderr)
     batch_size = args.batch_size or default_batch_size(model.device)

@@ -7,6 +7,8 @@ Every command that biomoe runs itself reads the same way::
 * inputs (FASTA files or folders, the checkpoint as a first positional) are positional; a second
   kind of input has a named option (``score-variants --variants``, ``score-fasta --repeat-fasta``);
 * the file or folder written is ``--out`` (a figure beside it: ``--plot``, defaulting from ``--out``);
+  a conversion of one input into one output (``export-hf CKPT OUT``, ``import-hf HF_DIR OUT``,
+  ``recipes copy NAME DEST``) also takes it after its input, and ``--help`` shows that spelling;
 * options are spelled with dashes (``--seq-length``), except ``--ckpt_path``, Lightning's own name for
   the checkpoint in fit/validate/test/predict (``--ckpt-path`` works too).
 

@@ -1,20 +1,19 @@
 """biomoe's LightningCLI: ``fit``, ``validate``, ``test`` and ``predict``.
 
-Every value is range-checked before anything is built (:mod:`biomoe.training.validation`), every
+Every value is range-checked before anything is built (:mod:`biomoe.cli.run.config_checks`), every
 checkpoint is verified before it is loaded (:mod:`biomoe.checkpoint.verify`), a run folder given
 as ``--ckpt_path`` resolves to its best checkpoint, and the commands that score a checkpoint read
-the data settings it records (:mod:`biomoe.cli.checkpoint_data`).
+the data settings it records (:mod:`biomoe.cli.checkpoint_data`). What a run writes, where it
+resumes from and what it reports are :mod:`biomoe.cli.run`'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pickle
 import re
 import sys
 import warnings
-from pathlib import Path
 
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import BasePredictionWriter
@@ -27,30 +26,32 @@ from biomoe.checkpoint.hparams import model_config_from
 from biomoe.checkpoint.read import read_checkpoint, refusal
 from biomoe.checkpoint.safe_types import trusted
 from biomoe.checkpoint.records import training_data_settings
-from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.checkpoint.save import AtomicCheckpointIO
 from biomoe.checkpoint.verify import (check_checkpoint_file, check_shapes, check_structure, resolve_checkpoint_alias,
                                       verify_checkpoint)
 from biomoe.cli import DESCRIPTION
 from biomoe.cli.checkpoint_data import EVALUATING, data_keys_on_command_line, describe, settings_to_apply
 from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS
+from biomoe.cli.run import trainer_setup
+from biomoe.cli.run.config_checks import validate_config
+from biomoe.cli.run.config_values import get, mapping
+from biomoe.cli.run.folders import (checkpoint_folders, follow_root_dir, options_given, remove_unstarted_run_folder,
+                                    resolve_run_folder)
+from biomoe.cli.run.memory_check import check_training_memory
+from biomoe.cli.run.progress_lines import ProgressLines
+from biomoe.cli.run.resume import check_resume_model, resume_from_last
+from biomoe.cli.run.summary import fit_summary
+from biomoe.cli.run.validation_note import ValidationNote
 from biomoe.cli.saved_config import AtomicSaveConfigCallback
 from biomoe.compat.lightning import add_subcommand, set_negative_number_matcher, subcommand_choices
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
-from biomoe.model.config import ConfigError, ModelConfig, check_expert_parallel
-from biomoe.training import run_setup
+from biomoe.model.config import ConfigError, check_expert_parallel
 from biomoe.training.history import RunRecord, install_metrics_history, install_run_record
-from biomoe.training.memory_estimate import check_training_memory
 from biomoe.training.markov_baseline import MarkovBaseline
 from biomoe.training.module import BioMoEModule
 from biomoe.training.prediction_writer import WindowScoreWriter
 from biomoe.training.preemption import SaveOnSigterm
-from biomoe.training.progress_lines import ProgressLines
-from biomoe.training.run_folders import follow_root_dir, options_given, remove_unstarted_run_folder
-from biomoe.training.run_identity import checkpoint_identity, differences, run_identity
-from biomoe.training.summary import fit_summary
-from biomoe.training.validation import validate_config
 
 __all__ = ["BioMoECLI", "install_atomic_checkpoint_io", "install_markov_baseline", "run_lightning_cli"]
 
@@ -126,10 +127,10 @@ class BioMoECLI(LightningCLI):
         """Before anything is built: a missing logger package as one line, Lightning's start-up tips
         silenced, and TF32 matrix products on GPUs with tensor cores."""
         trainer = self.config[self.subcommand].get("trainer") or {}
-        run_setup.check_logger_packages(trainer.get("logger"))
-        run_setup.check_accelerator(trainer.get("accelerator"))
-        run_setup.quiet_lightning_tips()
-        run_setup.set_matmul_precision(trainer.get("accelerator"))
+        trainer_setup.check_logger_packages(trainer.get("logger"))
+        trainer_setup.check_accelerator(trainer.get("accelerator"))
+        trainer_setup.quiet_lightning_tips()
+        trainer_setup.set_matmul_precision(trainer.get("accelerator"))
         super().instantiate_classes()
 
     def instantiate_trainer(self, **kwargs):
@@ -145,11 +146,13 @@ class BioMoECLI(LightningCLI):
         if not any(isinstance(cb, SaveOnSigterm) for cb in trainer.callbacks):
             # a scheduler's SIGTERM leaves a resumable last.ckpt; Ctrl-C says what was saved
             trainer.callbacks.append(SaveOnSigterm(command=getattr(self, "_argv", None)))
-        run_setup.install_per_genome_metrics(trainer)
+        if self.subcommand == "fit" and not any(isinstance(cb, ValidationNote) for cb in trainer.callbacks):
+            trainer.callbacks.append(ValidationNote())  # a genome too short to validate on says so
+        trainer_setup.install_per_genome_metrics(trainer)
         install_metrics_history(trainer)
         install_run_record(trainer)
-        run_setup.install_progress_bar(trainer, configured)
-        run_setup.install_model_summary(trainer, configured)
+        trainer_setup.install_progress_bar(trainer, configured)
+        trainer_setup.install_model_summary(trainer, configured)
         return trainer
 
     def _run_subcommand(self, subcommand: str) -> None:
@@ -166,15 +169,6 @@ class BioMoECLI(LightningCLI):
                 remove_unstarted_run_folder(log_dir)
             raise
 
-    def _resolve_run_folder(self) -> None:
-        """validate/test/predict ``--ckpt_path runs/x``: the run folder's best checkpoint
-        (:func:`~biomoe.checkpoint.run_folder.resolve_checkpoint`; distributed checkpoints are folders
-        too and stay as given)."""
-        subcommand = self.config.get("subcommand")
-        ckpt = self.config[subcommand].get("ckpt_path") if subcommand in ("validate", "test", "predict") else None
-        if isinstance(ckpt, (str, os.PathLike)) and os.path.isdir(ckpt):
-            self.config[subcommand]["ckpt_path"] = resolve_checkpoint(ckpt)
-
     def _apply_checkpoint_data(self) -> None:
         """validate/test/predict score the data the checkpoint records (its FASTA files and held-out
         splits) unless the command line sets them; one line says what the checkpoint changed."""
@@ -189,7 +183,7 @@ class BioMoECLI(LightningCLI):
         saved = training_data_settings(ckpt)
         if not saved or current is None:
             return
-        changes = settings_to_apply(saved, current.as_dict(), data_keys_on_command_line(getattr(self, "_argv", [])))
+        changes = settings_to_apply(saved, mapping(current), data_keys_on_command_line(getattr(self, "_argv", [])))
         if changes:
             self.config = self.parser.parse_object({subcommand: {"data": changes}}, self.config)
             print(describe(changes), file=sys.stderr)
@@ -259,37 +253,18 @@ class BioMoECLI(LightningCLI):
         the config and command line. How to run (``model.runtime``: precision recipe, kernels, compile,
         activation checkpointing) is not a property of the weights: it keeps the values given here, so
         a run trained in FP8 on a GPU can be validated on a CPU, and the other way round."""
-        self._resolve_run_folder()
+        resolve_run_folder(self.config)
         model = self.config.get(self.config.get("subcommand") or "", {}).get("model")
         keep = {key: model[key] for key in RUNTIME_SWITCHES if model is not None and key in model}
-        asked = _plain((model or {}).get("config")) if self.config.get("subcommand") == "fit" else None
+        asked = mapping(get(model, "config")) if self.config.get("subcommand") == "fit" else None
         self._parse_ckpt_hparams()
         for key, value in keep.items():
             self.config[self.config["subcommand"]]["model"][key] = value
         if asked is not None:
-            self._check_resume_model(asked)
+            check_resume_model(self.config["fit"], asked)
         if self.config.get("subcommand"):  # every value range-checked before anything is built or seeded
             validate_config(self.config[self.config["subcommand"]], self.config["subcommand"])
         self._apply_checkpoint_data()
-
-    def _check_resume_model(self, asked: dict) -> None:
-        """``fit --ckpt_path``: the checkpoint's model replaces the one the command describes, so a
-        resume whose options disagree with it would train something other than what was asked, or
-        end in a shape mismatch. Stop first, in one line, listing each differing key and both values.
-        A key left at its default was not asked for and takes the checkpoint's value."""
-        section = self.config["fit"]
-        ckpt = section.get("ckpt_path")
-        recorded = _plain((section.get("model") or {}).get("config"))
-        if not ckpt or recorded is None:
-            return
-        defaults = dataclasses.asdict(ModelConfig())
-        differ = [key for key, value in asked.items()
-                  if key in recorded and recorded[key] != value and (key not in defaults or defaults[key] != value)]
-        if differ:
-            shown = "; ".join(f"{key}: {asked[key]!r} here, {recorded[key]!r} in the checkpoint" for key in differ[:6])
-            more = f" (+{len(differ) - 6} more)" if len(differ) > 6 else ""
-            raise GenomeInputError(os.fspath(ckpt), f"cannot resume: model.config differs from the checkpoint's "
-                                   f"({shown}{more}); give the checkpoint's values, or start a new run without --ckpt_path")
 
     def _parse_ckpt_hparams(self) -> None:
         """Lightning's ``_parse_ckpt_path``; a missing, truncated or foreign file is one line naming it,
@@ -300,10 +275,11 @@ class BioMoECLI(LightningCLI):
         text = os.fspath(ckpt)
         subcommand = self.config["subcommand"]
         if text in ("best", "last") and subcommand != "fit":
-            text = self._resolve_ckpt_alias(text)
+            # the run folders' checkpoints (see resolve_checkpoint_alias)
+            text = resolve_checkpoint_alias(text, checkpoint_folders(self.config[subcommand]))
             self.config[subcommand]["ckpt_path"] = text
         elif text == "last":  # fit: the run's newest last*.ckpt, in whichever version folder it is
-            text = self._resume_from_last()
+            text = resume_from_last(self.config[subcommand])
             self.config[subcommand]["ckpt_path"] = text
             if text is None:
                 return None
@@ -332,63 +308,11 @@ class BioMoECLI(LightningCLI):
             hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
         self.config = self.parser.parse_object({self.config.subcommand: {"model": hparams}}, self.config)
 
-    def _resolve_ckpt_alias(self, alias: str) -> str:
-        """``best``/``last`` for validate/test/predict: the run folders' checkpoints (see
-        :func:`~biomoe.checkpoint.verify.resolve_checkpoint_alias`)."""
-        return resolve_checkpoint_alias(alias, self._run_folders())
-
-    def _run_folders(self) -> list[str]:
-        """Where this command's run keeps its checkpoints, most specific first: the callbacks'
-        ``dirpath`` if any is set, else the logger's ``save_dir`` (its version folders hold them),
-        else ``trainer.default_root_dir`` (else the working folder). Only the first kind found
-        counts: a recipe's default folder must not lend its checkpoints to a run logged elsewhere."""
-        section = self.config[self.config["subcommand"]].as_dict()
-        trainer = section.get("trainer") or {}
-
-        def init_args(entry) -> dict:
-            return (entry.get("init_args") or {}) if isinstance(entry, dict) else {}
-
-        callbacks = trainer.get("callbacks") or []
-        callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
-        loggers = trainer.get("logger")
-        loggers = loggers if isinstance(loggers, list) else [loggers]
-        for folders in ([init_args(cb).get("dirpath") for cb in callbacks],
-                        [init_args(lg).get("save_dir") for lg in loggers]):
-            if any(folders):
-                return [os.fspath(f) for f in dict.fromkeys(f for f in folders if f)]
-        return [os.fspath(trainer.get("default_root_dir") or os.getcwd())]
-
-    def _resume_from_last(self) -> str | None:
-        """``fit --ckpt_path last``. Lightning looks only in the new run's own checkpoint folder,
-        which a new version folder leaves empty, and then trains from the start. Here it is the
-        newest ``last*.ckpt`` of the whole run folder, so one command serves a job's first start
-        and every restart after a SIGTERM; with none yet, training starts from step 0 and says so.
-
-        The newest ``last*.ckpt`` there may be another run's (an earlier experiment in the same
-        folder): it is resumed only when it records the same run, i.e. the same data sources, model
-        and precision settings as this command (:func:`biomoe.training.run_identity.differences`);
-        otherwise one line names what differs and nothing starts."""
-        folders = self._run_folders()
-        chosen = resolve_checkpoint_alias("last", folders, missing_ok=True, announce=None)
-        shown = ", ".join(dict.fromkeys(folders))
-        if chosen is None:
-            print(f"biomoe: ckpt_path 'last': no last*.ckpt under {shown} yet; training from the start "
-                  "(step 0)", file=sys.stderr)
-            return None
-        differ = differences(run_identity(self.config["fit"]), checkpoint_identity(read_checkpoint(chosen)))
-        if differ:
-            raise GenomeInputError(chosen, f"ckpt_path 'last': the newest last checkpoint under {shown} is another "
-                                   f"run's ({'; '.join(differ)}); resume it with its own settings, or start "
-                                   "this run in its own folder (--trainer.default_root_dir)")
-        print(f"biomoe: ckpt_path 'last': using {chosen} (the newest last*.ckpt under {shown}; same data, "
-              "model and precision as this command)", file=sys.stderr)
-        return chosen
-
     def _verify_ckpt(self, path: str) -> None:
         """The checkpoint's tensors against the model about to be built (its config, now merged
         with the checkpoint's hyper-parameters): one line naming the first tensor that differs."""
-        section = self.config[self.config["subcommand"]].as_dict()
-        config = model_config_from((section.get("model") or {}).get("config") or {})
+        section = self.config[self.config["subcommand"]]
+        config = model_config_from(mapping(get(get(section, "model"), "config")) or {})
         ckpt = read_checkpoint(path)
         check_shapes(path, check_structure(path, ckpt), config, "the model config")
         if self.config["subcommand"] == "fit" and "optimizer_states" not in ckpt:
@@ -415,21 +339,10 @@ class BioMoECLI(LightningCLI):
 
     def after_fit(self) -> None:
         """Checkpoints, logs, the training-curve plot and held-out bits/base beside the Markov
-        baseline, whatever the logger (:mod:`biomoe.training.summary`)."""
+        baseline, whatever the logger (:mod:`biomoe.cli.run.summary`)."""
         log_dir = self.trainer.log_dir  # a broadcast under several processes: every rank must ask
         if self.trainer.is_global_zero:
             print(fit_summary(self.trainer, log_dir))
-
-
-def _plain(section) -> dict | None:
-    """A config section (jsonargparse Namespace, dataclass or dict) as a plain dict; None if absent."""
-    if section is None:
-        return None
-    if hasattr(section, "as_dict"):
-        section = section.as_dict()
-    elif dataclasses.is_dataclass(section):
-        section = dataclasses.asdict(section)
-    return dict(section) if isinstance(section, dict) else None
 
 
 def install_atomic_checkpoint_io(trainer) -> None:

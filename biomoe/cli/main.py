@@ -4,7 +4,7 @@ Bad input never ends in a traceback: :class:`~biomoe.errors.GenomeInputError` an
 :class:`~biomoe.model.config.ConfigError`, and what Lightning, torch or jsonargparse say about a
 user's values (:mod:`biomoe.cli.user_errors`), are printed as one line with exit status 2;
 Ctrl-C is one line and exit status 130. Every value is range-checked before anything is built
-(:mod:`biomoe.training.validation`), every checkpoint is verified before it is loaded
+(:mod:`biomoe.cli.run.config_checks`), every checkpoint is verified before it is loaded
 (:mod:`biomoe.checkpoint.verify`), and no output may replace an input (:mod:`biomoe.files`).
 Pass ``--debug`` (or set ``BIOMOE_DEBUG=1``) to see the traceback.
 """
@@ -29,7 +29,7 @@ from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS, LIGHTNING_COMMANDS
 from biomoe.cli import help_cache
 from biomoe.cli.recipes import expand_recipe_names
 from biomoe.cli.user_errors import INTERRUPTED, classify
-from biomoe.cli.warning_lines import VERBOSE_ENV, VERBOSE_OPTION, WarningLines
+from biomoe.cli.warning_lines import VERBOSE_ENV, VERBOSE_OPTION, WarningLines, quiet_known_noise
 from biomoe.checkpoint.safe_types import TRUST_OPTION, trusted, trusting
 
 __all__ = ["main", "summarize_argument_error"]
@@ -49,10 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_quiet_interrupt_notice)
     # ... and SIGTERM's: SaveOnSigterm says what was saved and how to resume.
     logging.getLogger("lightning.pytorch.trainer.connectors.signal_connector").addFilter(_quiet_interrupt_notice)
-    # We pass argv explicitly (``--debug`` removed); Lightning warns about that on every run.
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
-    # Lightning's own use of a torch API deprecated in torch 2.13, once per fit: nothing a user can change.
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    quiet_known_noise()  # Lightning's and torch's warnings that name nothing a user can change
     debug = os.environ.get("BIOMOE_DEBUG") == "1"
     if "--debug" in argv:
         argv.remove("--debug")
@@ -85,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 _lightning_help(argv)
             # Lightning and torch are imported only for the commands that need them (start-up time).
             from biomoe.cli.lightning_cli import run_lightning_cli
-            from biomoe.training.validation import check_config_files
+            from biomoe.cli.run.config_checks import check_config_files
 
             check_config_files(argv)
             run_lightning_cli(argv)

@@ -33,9 +33,10 @@ def split_settings(args) -> dict:
     the command line sets; no augmentation (validation windows never have any)."""
     from biomoe.checkpoint.records import training_data_settings  # after parsing: --help stays fast
     from biomoe.checkpoint.run_folder import resolve_checkpoint
+    from biomoe.cli.windows import command_window
     from biomoe.errors import GenomeInputError
 
-    settings: dict = {"seq_length": 1024, "val_fraction": 0.1}
+    settings: dict = {"val_fraction": 0.1}
     if args.ckpt_path is not None:
         recorded = training_data_settings(resolve_checkpoint(args.ckpt_path))
         if not recorded.get("fasta"):
@@ -44,9 +45,10 @@ def split_settings(args) -> dict:
         settings.update({k: v for k, v in recorded.items() if k in SPLIT_KEYS and v is not None})
     elif not args.fasta:
         raise GenomeInputError(None, "markov needs FASTA files or --ckpt_path")
-    given = {"fasta": args.fasta or None, "seq_length": args.seq_length, "val_fraction": args.val_fraction,
-             "val_contigs": args.val_contigs}
+    given = {"fasta": args.fasta or None, "val_fraction": args.val_fraction, "val_contigs": args.val_contigs}
     settings.update({k: v for k, v in given.items() if v is not None})
+    # the window every command reads: given, else the checkpoint's, else the default; checked alike
+    settings["seq_length"] = command_window(args.seq_length, settings.get("seq_length"), "--seq-length")
     settings["rc_prob"] = 0.0
     return settings
 
@@ -65,7 +67,8 @@ def main(argv: list[str]) -> int:
                         help="score the split this checkpoint (or run folder) was validated on")
     add_option(parser, "--max-order", "--max_order", type=int, default=8)
     parser.add_argument("--alpha", type=float, default=1.0, help="add-alpha smoothing")
-    add_option(parser, "--seq-length", "--seq_length", type=int, default=None, help="default 1024, or the checkpoint's")
+    add_option(parser, "--seq-length", "--seq_length", type=int, default=None,
+               help="bases per held-out window (default: the checkpoint's training seq_length, else 1024)")
     add_option(parser, "--val-fraction", "--val_fraction", type=float, default=None,
                help="default 0.1, or the checkpoint's")
     add_option(parser, "--val-contigs", "--val_contigs", nargs="*", default=None)

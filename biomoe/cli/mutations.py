@@ -56,7 +56,7 @@ def _parser() -> CommandParser:
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.add_argument("--codons", type=positive_int, default=None,
                         help=f"codons sampled per genome, 9 SNVs each (default {GPU_CODONS} on a GPU, "
-                             f"{CPU_CODONS} on a CPU: about a minute there)")
+                             f"{CPU_CODONS} on a CPU, where each SNV is slow to score; timings in docs/mutations.md)")
     parser.add_argument("--table", type=int, default=11, help="NCBI translation table (default 11)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the codon sample")
     parser.add_argument("--markov-order", type=int, default=6, help="order of the Markov baseline (default 6)")
@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
     import numpy as np
 
     from biomoe.cli.windows import scoring_window
-    from biomoe.data.registry import open_reader
+    from biomoe.data.sources.registry import open_reader
     from biomoe.data.tokenizer import NucleotideTokenizer
     from biomoe.files import check_outputs
     from biomoe.genomics.genes import call_genes_in_contigs

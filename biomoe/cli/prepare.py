@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
                              "each shard (about 2.5 bytes a run; default), or twobit, inside the .2bit shards "
                              "(8 bytes a run; UCSC tools then show the case too)")
     args = parser.parse_args(argv)
-    from biomoe.data.store_prepare import DEFAULT_SHARD_BASES, prepare_store  # after parsing: --help stays fast
+    from biomoe.data.sources.store_prepare import DEFAULT_SHARD_BASES, prepare_store  # after parsing: --help stays fast
 
     start = time.perf_counter()
     result = prepare_store(args.inputs, args.out, splits_file=args.splits, keep_splits=args.split,

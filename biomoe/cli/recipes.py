@@ -97,13 +97,17 @@ def main(argv: list[str]) -> int:
                     "wherever a config file does: biomoe fit --config genome. " + DATA_NOTE)
     parser.add_argument("action", nargs="?", choices=("list", "copy"), default="list",
                         help="list (the default): every recipe and its first comment line; "
-                             "copy NAME [--out DEST]: write recipe NAME to DEST (default ./<name>.yaml)")
+                             "copy NAME [DEST]: write recipe NAME to DEST (default ./<name>.yaml)")
     parser.add_argument("name", nargs="?", help="the recipe to copy (as listed)")
-    parser.add_argument("dest", nargs="?", help=argparse.SUPPRESS)  # the earlier spelling of --out
+    parser.add_argument("dest", nargs="?", metavar="DEST",
+                        help="file or existing folder to copy it to; never overwritten (or give it as --out)")
     parser.add_argument("--out", default=None, help="file or existing folder to copy it to; never overwritten")
     args = parser.parse_args(argv)
     if args.out is not None and args.dest is not None:
         parser.error(f"the destination is given twice: {args.dest} and --out {args.out}")
+    # the refusal to overwrite names the spelling the user wrote
+    other = "another --out" if args.out is not None else "another DEST" if args.dest is not None else \
+        "a DEST (recipes copy NAME DEST)"
     args.dest = args.out if args.out is not None else args.dest
     recipes = available_recipes()
     if args.action == "list":
@@ -126,7 +130,7 @@ def main(argv: list[str]) -> int:
         with open(dest, "xb") as handle:  # exclusive: an existing file is never replaced
             handle.write(source.read_bytes())
     except FileExistsError:
-        print(f"biomoe: error: recipes: {dest} exists; not overwritten (give another --out)", file=sys.stderr)
+        print(f"biomoe: error: recipes: {dest} exists; not overwritten (give {other})", file=sys.stderr)
         return 2
     except OSError as err:
         print(f"biomoe: error: recipes: cannot write {dest}: {err.strerror or err}", file=sys.stderr)

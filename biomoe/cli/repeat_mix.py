@@ -77,12 +77,12 @@ def main(argv: list[str]) -> int:
 
     check_outputs([args.out, args.plot], [*args.fasta, args.ckpt])  # never over an input
     if args.ckpt is not None:
-        from biomoe.checkpoint.records import training_seq_length
         from biomoe.checkpoint.run_folder import resolve_checkpoint
 
         args.ckpt = resolve_checkpoint(args.ckpt)  # a run folder: its best checkpoint, said once
-        args.seq_length = args.seq_length or training_seq_length(args.ckpt)
-    args.seq_length = args.seq_length or 1024
+    from biomoe.cli.windows import scoring_window
+
+    args.seq_length = scoring_window(args.seq_length, args.ckpt, "--seq-length")  # checked against the training length
     if args.ckpt is None and not 0 <= args.markov_order <= MAX_ORDER:
         parser.error(f"--markov-order must be in 0..{MAX_ORDER}")
     check_settings(args.k, args.switch, args.smoothing)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from biomoe.cli.arguments import CommandParser, add_checkpoint_argument, checkpoint_of, positive_int
 from biomoe.cli.grammar import add_option, merge_hidden_inputs
-from biomoe.data.fasta import file_labels, resolve_fasta_paths
-from biomoe.data.registry import open_reader
+from biomoe.data.sources.fasta_paths import file_labels, resolve_fasta_paths
+from biomoe.data.sources.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import check_outputs, commit_together
 from biomoe.genomics.routing_plot import features_plot_path, plot_features, plot_routing, require_matplotlib
@@ -105,14 +105,15 @@ def main(argv: list[str]) -> int:
         return _replot(args)
     args = checkpoint_of(args, parser)  # a run folder -> its best checkpoint
     # imported after parsing: --help stays fast
-    from biomoe.checkpoint.records import training_seq_length
     from biomoe.checkpoint.verify import check_checkpoint_file
     from biomoe.genomics.routing import RoutingCounter, genome_routing, routing_report, to_json
+    from biomoe.cli.windows import scoring_window
     from biomoe.inference.load import load_for_inference
     plot = None if args.no_plot else (args.plot or args.out.with_suffix(".png"))
     features_plot = features_plot_path(plot) if plot is not None and args.features else None
     ckpt = args.ckpt
     check_checkpoint_file(ckpt)
+    seq_length = scoring_window(args.seq_length, ckpt, "--seq-length")  # checked against the training length
     paths = resolve_fasta_paths(args.fasta)  # folders -> their FASTA files
     labels = file_labels(paths)
     genomes = [open_reader(path) for path in paths]  # validates every file before any work
@@ -129,7 +130,6 @@ def main(argv: list[str]) -> int:
     loaded = load_for_inference(ckpt, device)
     model = loaded.module
     counter = RoutingCounter(model)
-    seq_length = args.seq_length or training_seq_length(ckpt) or 1024
     results = []
     with progress_bar(len(genomes) * args.windows * seq_length, "routing", disable=args.no_progress) as bar:
         for genome, label in zip(genomes, labels):

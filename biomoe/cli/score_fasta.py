@@ -29,8 +29,8 @@ import numpy as np
 from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
                                   add_progress_option, add_runtime_options, checkpoint_of, model_from_args,
                                   base_rate, positive_int)
-from biomoe.data.reader import total_length
-from biomoe.data.registry import open_reader
+from biomoe.data.sources.reader import total_length
+from biomoe.data.sources.registry import open_reader
 from biomoe.files import check_outputs, commit_together
 from biomoe.progress import progress_bar
 

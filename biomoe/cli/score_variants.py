@@ -1,20 +1,23 @@
 """``biomoe score-variants``: zero-shot variant effects as a log-likelihood ratio.
 
-Reads the variants (a TSV table, or a VCF/BCF with pysam), scores each substitution's reference
-and alternative window with the checkpoint's model (:mod:`biomoe.inference.score_variants`
-describes the windows, the table format, how contigs are named and which VCF records are skipped)
-and writes one TSV row per variant: contig, position, id, ref, alt as read (the VCF ID or the
-table's id column, ``.`` when absent, so results join back to the input), window_start (0-based),
-logp_ref, logp_alt and llr (nats), then the INFO fields asked for with ``--info``.
+Reads the variants (a TSV table, or a VCF/BCF with pysam), scores each substitution's or indel's
+reference and alternative window with the checkpoint's model (:mod:`biomoe.inference.score_variants`
+describes the windows, what an indel's llr includes, the table format and how contigs are named;
+:mod:`biomoe.inference.variant_vcf` which VCF alleles are set aside) and writes one TSV row per
+variant: contig, position, id, ref, alt as read (the VCF ID or the table's id column, ``.`` when
+absent, so results join back to the input), window_start (0-based), logp_ref, logp_alt and llr
+(nats), then the INFO fields asked for with ``--info``.
 
-``--skip-mismatched`` sets aside variants the genome cannot score as given (reference allele not
-in the genome, unknown contig, beyond the contig end) instead of stopping at the first: they are
-counted on stderr and listed with the reason in ``OUT.skipped.tsv`` (``effects.skipped.tsv`` for
-``--out effects.tsv``), itself a variant table. Both files are committed together (both new, or
-on a failure both as they were); a run that skips nothing removes a list left by an earlier run,
-so the list beside an output always belongs to it. When every variant is skipped there is nothing
-to score: the list alone is written and the command exits with status 2, naming it. The stderr
-line that names the list comes only once the list is written.
+VCF alleles that are not sequence (symbolic, ``*``, breakends, N or IUPAC codes, no ALT) are
+always set aside, counted on stderr and listed with the reason in ``OUT.skipped.tsv``
+(``effects.skipped.tsv`` for ``--out effects.tsv``), itself a variant table: a count alone would
+not say which calls the results lack. ``--skip-mismatched`` also sets aside variants the genome
+cannot score as given (reference allele not in the genome, unknown contig, beyond the contig end)
+instead of stopping at the first, and lists them there too. Both files are committed together
+(both new, or on a failure both as they were); a run that sets nothing aside removes a list left
+by an earlier run, so the list beside an output always belongs to it. When every variant is set
+aside there is nothing to score: the list alone is written and the command exits with status 2,
+naming it. The stderr line that names the list comes only once the list is written.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING
 from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_checkpoint_argument, add_device_option,
                                   add_progress_option, add_runtime_options, checkpoint_of, model_from_args,
                                   positive_int)
-from biomoe.data.registry import open_reader
+from biomoe.data.sources.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_write, check_outputs, commit_together
 from biomoe.progress import progress_bar
@@ -42,7 +45,8 @@ COLUMNS = ["contig", "position", "id", "ref", "alt", "window_start", "logp_ref",
 
 
 def skipped_path(out: Path) -> Path:
-    """Where the variants set aside by ``--skip-mismatched`` are listed, beside ``out``."""
+    """Where the variants set aside (unscorable VCF alleles, and those of ``--skip-mismatched``)
+    are listed, beside ``out``."""
     stem = out.name[:-len(".tsv")] if out.name.lower().endswith(".tsv") and len(out.name) > 4 else out.name
     return out.with_name(stem + ".skipped.tsv")
 
@@ -64,7 +68,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("fasta", nargs="*", help="reference genome FASTA file(s)")
     parser.add_argument("--variants", required=True, type=Path,
                         help="TSV (contig, position 1-based, ref, alt[, id]; a header row such as 'chrom pos ref alt' "
-                             "may name them in any order) or VCF/BCF (.vcf, .vcf.gz, .bcf); "
+                             "may name them in any order) or VCF/BCF (.vcf, .vcf.gz, .bcf); substitutions and "
+                             "indels, VCF-style with the base before an indel (AT>A, A>ATTG); "
                              "contigs by full FASTA ID, accession (NC_011333.1, NC_011333) or unique prefix")
     parser.add_argument("--out", required=True, type=Path, help="output TSV")
     parser.add_argument("--window", type=positive_int, default=None,
@@ -74,7 +79,8 @@ def main(argv: list[str]) -> int:
                         help="VCF INFO fields to add as columns (empty when absent; flags true/false)")
     parser.add_argument("--skip-mismatched", action="store_true",
                         help="skip variants whose ref allele does not match the genome (or on unknown contigs, "
-                             "beyond the contig end), count them on stderr and list them in OUT.skipped.tsv")
+                             "beyond the contig end), count them on stderr and list them in OUT.skipped.tsv "
+                             "(where VCF alleles that are not sequence, such as <DEL>, are always listed)")
     add_batch_tokens_option(parser)
     add_device_option(parser, help=None)
     add_runtime_options(parser)
@@ -83,29 +89,27 @@ def main(argv: list[str]) -> int:
     # imported after parsing: --help stays fast
     from biomoe.cli.windows import scoring_window
     from biomoe.inference.batching import check_window_memory
-    from biomoe.inference.score_variants import check_variants, is_vcf, read_variants, read_vcf, score_windows
+    from biomoe.inference.score_variants import check_variants, read_variants, score_windows
+    from biomoe.inference.variant_vcf import is_vcf, read_vcf
     sidecar = skipped_path(args.out)
     # --out never replaces an input, nor does the skipped list written or removed beside it
     check_outputs([args.out, sidecar], [args.ckpt, *args.fasta, args.variants])
     info = list(dict.fromkeys(args.info))
+    unscorable: list[tuple[Variant, str]] = []  # VCF alleles that are not sequence, with the reason
     if is_vcf(args.variants):
-        variants, skipped = read_vcf(args.variants, info)
-        if skipped:
-            print(f"biomoe: note: {args.variants}: skipped {skipped:,} ALT allele(s) that are not substitutions "
-                  "(indels, symbolic alleles, no ALT)", file=sys.stderr)
-        if not variants:
-            raise GenomeInputError(args.variants, "no substitutions to score in this VCF")
+        variants, unscorable = read_vcf(args.variants, info)
     else:
         if info:
             raise GenomeInputError(args.variants, "--info reads INFO fields of a VCF/BCF; this is a TSV table")
         variants = read_variants(args.variants)
-    if not variants:
+    if not variants and not unscorable:
         raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
                                               "and comments)")
     genome = open_reader(args.fasta)
     window = scoring_window(args.window, args.ckpt)  # checked against the training length
     variants, prepared, set_aside = check_variants(genome, variants, window, source=str(args.variants),
                                                    skip=args.skip_mismatched)  # all checked before any is scored
+    set_aside = unscorable + set_aside
     if set_aside and not variants:  # nothing to score: the list is the one output, and says why
         _write_skipped(sidecar, set_aside)
         raise GenomeInputError(args.variants, f"all {len(set_aside):,} variants were skipped ({_reasons(set_aside)}; "
@@ -120,9 +124,13 @@ def main(argv: list[str]) -> int:
     print(f"scored {len(rows):,} variants in {elapsed:.2f} s ({len(rows) / max(elapsed, 1e-9):,.0f} variants/s)",
           file=sys.stderr)
     _write_results(args.out, sidecar, rows, info, set_aside)
-    if set_aside:  # said once the list is there to read
-        print(f"biomoe: note: {args.variants}: skipped {len(set_aside):,} variant(s) the genome cannot score "
-              f"({_reasons(set_aside)}); listed in {sidecar}", file=sys.stderr)
+    mismatched = set_aside[len(unscorable):]
+    if unscorable:  # said once the list is there to read
+        print(f"biomoe: note: {args.variants}: skipped {len(unscorable):,} ALT allele(s) that are not A/C/G/T "
+              f"sequence ({_reasons(unscorable)}); listed in {sidecar}", file=sys.stderr)
+    if mismatched:
+        print(f"biomoe: note: {args.variants}: skipped {len(mismatched):,} variant(s) the genome cannot score "
+              f"({_reasons(mismatched)}); listed in {sidecar}", file=sys.stderr)
     print(f"wrote {args.out} ({len(rows)} variants)")
     return 0
 

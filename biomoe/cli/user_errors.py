@@ -2,7 +2,7 @@
 
 biomoe's own checks raise :class:`~biomoe.errors.GenomeInputError` and
 :class:`~biomoe.model.config.ConfigError`, and the validation layer
-(:mod:`biomoe.training.validation`) catches out-of-range values before anything is built. What
+(:mod:`biomoe.cli.run.config_checks`) catches out-of-range values before anything is built. What
 is left are errors that Lightning, torch or jsonargparse raise about values they were given; a
 user should see those as one line too, with the config key where it can be told, while a
 genuine bug must keep its traceback. The rule, :func:`classify`:

@@ -8,16 +8,21 @@ a leading file path (``train: skipping contig 'contig_2' (103 bp < seq_length 51
 counted, and when the command ends one line says how many there were, how many bases they
 concern (the sum of their ``N bp``) and the first few names. ``--verbose-warnings`` (or
 ``BIOMOE_VERBOSE_WARNINGS=1``) prints every one of them instead.
+
+Other libraries' warnings that say nothing a user can act on are not printed at all
+(:data:`QUIET_WARNINGS`, installed by :func:`quiet_known_noise` when a command starts): a line a
+user must learn to ignore hides the ones that matter.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import TextIO
 
-__all__ = ["VERBOSE_OPTION", "VERBOSE_ENV", "WarningLines"]
+__all__ = ["QUIET_WARNINGS", "VERBOSE_OPTION", "VERBOSE_ENV", "WarningLines", "quiet_known_noise"]
 
 VERBOSE_OPTION = "--verbose-warnings"
 VERBOSE_ENV = "BIOMOE_VERBOSE_WARNINGS"
@@ -28,6 +33,26 @@ _SLOT = re.compile(r"'[^']*'|\"[^\"]*\"|\d[\d,]*(?:\.\d+)?")
 _BASES = re.compile(r"(\d[\d,]*) bp\b")
 _LEADING_PATH = re.compile(r"^(\S*[/\\.]\S*): ")  # "data/x.fa: ..." (a split name such as "train: " is kept)
 _NAMES_SHOWN = 3
+
+QUIET_WARNINGS: tuple[str, ...] = (
+    # biomoe passes argv to LightningCLI explicitly (``--debug`` removed); Lightning warns on every run.
+    "LightningCLI's args parameter is intended",
+    # Lightning's own use of a torch API deprecated in torch 2.13, once per fit.
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    # The EMA callback (biomoe.training.ema) on a model built in configure_model, as every biomoe
+    # model is: the average is an unsharded copy by design, and the warning names nothing to change.
+    r"You're using the WeightAveraging callback with a model that overrides the configure_model",
+    # The model summary's size column under bf16-mixed; the kernels line says what computes in what.
+    r"Precision \S+ is not supported by the model summary",
+)
+"""Start (``re.match``) of the messages of warnings that are never shown: each comes from
+Lightning or torch, on every run or fit, and names nothing a user could change."""
+
+
+def quiet_known_noise() -> None:
+    """Ignore the warnings of :data:`QUIET_WARNINGS` from now on (``warnings.filterwarnings``)."""
+    for message in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
 
 
 @dataclass

@@ -64,7 +64,7 @@ class DataConfig:
     fasta: str | list[str] = checked("data/lambda_virus.fa.gz", _sequence_paths)
     """FASTA file(s) or folder(s) (plain, gzip or bgzip); several files are one training set, each
     file a genome for sampling and per-genome metrics. Files of a registered sequence reader
-    (see :func:`biomoe.data.registry.register_reader`) are read by that reader."""
+    (see :func:`biomoe.data.sources.registry.register_reader`) are read by that reader."""
     seq_length: int = checked(1024, integer(1))
     """Bases per training window (the model's context)."""
     stride: int | None = checked(None, integer(1, optional=True))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from biomoe.data.reader import SequenceReader
+from biomoe.data.sources.reader import SequenceReader
 
 __all__ = ["AmbiguousContigError", "ContigNameError", "ContigNames", "UnknownContigError", "accession_of"]
 

@@ -32,9 +32,9 @@ from biomoe.data.config import DataConfig, takes_fields_of
 from biomoe.data.dataset import GenomeWindowDataset
 from biomoe.data.loader import EpochAwareDataLoader
 from biomoe.data.packed import PackedGenomeDataset
-from biomoe.data.reader import Region, SequenceReader
-from biomoe.data.registry import open_reader
 from biomoe.data.samplers import EpochSeededRandomSampler, GenomeWeightedSampler, ResumableBatchSampler, file_shares
+from biomoe.data.sources.reader import Region, SequenceReader
+from biomoe.data.sources.registry import open_reader
 from biomoe.data.splits import Splits, match_files, split_genome, split_regions
 from biomoe.data.tokenizer import NucleotideTokenizer
 
@@ -49,8 +49,8 @@ Rows = GenomeWindowDataset | PackedGenomeDataset
 class GenomeDataModule(L.LightningDataModule):
     """Train/validation/test windows over one or more genome files.
 
-    ``setup()`` opens the genome (FASTA is validated and indexed, see :mod:`biomoe.data.fasta`;
-    other formats go to their registered reader, see :mod:`biomoe.data.registry`) and builds the
+    ``setup()`` opens the genome (FASTA is validated and indexed, see :mod:`biomoe.data.sources.genome`;
+    other formats go to their registered reader, see :mod:`biomoe.data.sources.registry`) and builds the
     window (or packed row) tables from :func:`split_genome`. Held-out splits are read with stride
     ``seq_length`` and no reverse complement; ``predict`` reads the validation split. ``test`` reads the test
     split; without one configured it reads the validation split and says so. ``val_fraction=0``
@@ -112,7 +112,7 @@ class GenomeDataModule(L.LightningDataModule):
 
     @classmethod
     def from_reader(cls, reader: SequenceReader, **settings: Any) -> GenomeDataModule:
-        """A datamodule over an open reader (any :class:`~biomoe.data.reader.SequenceReader`)
+        """A datamodule over an open reader (any :class:`~biomoe.data.sources.reader.SequenceReader`)
         instead of the files in ``fasta``; ``fasta`` defaults to the reader's paths, so that
         checkpoints record what was read."""
         settings.setdefault("fasta", [str(p) for p in reader.paths])

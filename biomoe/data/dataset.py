@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from biomoe.data.config import check_settings
-from biomoe.data.reader import Region, SequenceReader, reader_label
+from biomoe.data.sources.reader import Region, SequenceReader, reader_label
 from biomoe.data.tokenizer import A_ID, BOS_ID, T_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 
@@ -126,7 +126,7 @@ class SeededRows(Dataset):
 
 
 class GenomeWindowDataset(SeededRows):
-    """Fixed-length windows of a :class:`~biomoe.data.reader.SequenceReader` as next-token-prediction examples
+    """Fixed-length windows of a :class:`~biomoe.data.sources.reader.SequenceReader` as next-token-prediction examples
     (``data.packing: false``; :class:`~biomoe.data.packed.PackedGenomeDataset` is the packed form).
 
     Each item is a dict of tensors, all of length ``seq_length``:

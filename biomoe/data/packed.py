@@ -17,7 +17,7 @@ import torch
 
 from biomoe.data.dataset import SeededRows, ambiguous_counts
 from biomoe.data.packing import PackedTable, cut_pieces, pack_rows
-from biomoe.data.reader import Region, SequenceReader, reader_label
+from biomoe.data.sources.reader import Region, SequenceReader, reader_label
 from biomoe.data.tokenizer import BOS_ID, PAD_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 

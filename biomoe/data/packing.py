@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from biomoe.data.reader import Region
+from biomoe.data.sources.reader import Region
 
 __all__ = ["PackedTable", "cut_pieces", "pack_rows"]
 

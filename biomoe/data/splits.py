@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from biomoe.data.config import check_settings, held_out_cuts
-from biomoe.data.reader import Region, SequenceReader, contig_lookup, reader_label
+from biomoe.data.sources.reader import Region, SequenceReader, contig_lookup, reader_label
 from biomoe.errors import GenomeInputError
 
 __all__ = ["Splits", "match_files", "split_genome", "split_regions"]
@@ -32,7 +32,7 @@ def match_files(genome: SequenceReader, keys: Sequence[str] | None, key: str) ->
     """Indices into ``genome.paths`` of the files that ``keys`` name.
 
     A file is named by its label (``ecoli_536`` for ``ecoli_536.fna.gz``, see
-    :func:`~biomoe.data.fasta.file_labels`), its file name, or its path. ``key`` is the
+    :func:`~biomoe.data.sources.fasta_paths.file_labels`), its file name, or its path. ``key`` is the
     setting being read, for the error message.
     """
     found: list[int] = []

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from biomoe.model.config import ConfigError
 from biomoe.genomics.markov import base_codes
-from biomoe.data.reader import SequenceReader
+from biomoe.data.sources.reader import SequenceReader
 from biomoe.data.splits import split_genome
 from biomoe.data.tokenizer import A_ID, T_ID, NucleotideTokenizer
 
@@ -245,7 +245,7 @@ def mix_log_likelihood(base_ll: Tensor, labels: Tensor, counts: Tensor, switch: 
 
 def fit_on_split(genome: SequenceReader, val_contigs: list[str] | None, val_fraction: float, k: int | None = None,
                  tokenizer: NucleotideTokenizer | None = None, **held_out) -> RepeatTable:
-    """The table of a genome's training regions (any :class:`~biomoe.data.reader.SequenceReader`) under
+    """The table of a genome's training regions (any :class:`~biomoe.data.sources.reader.SequenceReader`) under
     the datamodule's split rule (:func:`~biomoe.data.splits.split_genome`; ``held_out`` its test and
     held-out-file settings; ``val_fraction`` 0 and nothing else held out: all of it).
     ``k`` None is :func:`default_k` of the training length, read from the region bounds."""

@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from biomoe.checkpoint.records import training_data_settings
-from biomoe.data.registry import open_reader
+from biomoe.data.sources.registry import open_reader
 from biomoe.data.tokenizer import PAD_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.genomics.markov import MarkovModel, training_sequences

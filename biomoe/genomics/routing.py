@@ -1,7 +1,7 @@
 """Which experts the bases of each genome (and species) are routed to, and how genome-specific that is.
 
 For every FASTA file (one genome, labelled like the data module labels files: the file name
-without FASTA/gzip suffixes, see :func:`~biomoe.data.fasta.file_labels`) ``biomoe routing`` reads
+without FASTA/gzip suffixes, see :func:`~biomoe.data.sources.fasta_paths.file_labels`) ``biomoe routing`` reads
 ``--windows`` windows of ``--seq_length`` bases, spread evenly over the genome's contigs (the same
 windows on every run; windows with more than half non-ACGT bases are skipped and counted as
 such), runs the model on ``<bos>`` + window as ``embed`` does, and counts, for every MoE block, how
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.data.reader import SequenceReader
+from biomoe.data.sources.reader import SequenceReader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.genomics.routing_features import NUM_CELLS, GenomeFeatures, features_report

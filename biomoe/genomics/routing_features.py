@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from biomoe.data.reader import SequenceReader
+from biomoe.data.sources.reader import SequenceReader
 from biomoe.errors import GenomeInputError
 from biomoe.genomics.genes import MIN_TRAINING_BASES, Gene, call_genes_in_contigs, codon_position, coding_strand
 

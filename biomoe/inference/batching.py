@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.data.reader import SequenceReader
+from biomoe.data.sources.reader import SequenceReader
 from biomoe.data.tokenizer import N_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.model.documents import DocumentLayout, host_document_offsets

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from biomoe.data.reader import SequenceReader
+from biomoe.data.sources.reader import SequenceReader
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.inference.batching import Window, WindowBatch, batches_for, genome_windows, run_batches
 from biomoe.inference.load import InferenceModel

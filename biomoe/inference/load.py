@@ -38,7 +38,7 @@ from biomoe.model.config import LAYER_BACKEND_FIELDS, ModelConfig, RuntimeConfig
 from biomoe.model.meta import empty_on, meta_model
 from biomoe.model.moe.router import TopKRouter
 from biomoe.model.transformer import ModelOutput, MoETransformer
-from biomoe.precisions import PRECISIONS, parse_precision
+from biomoe.precisions import PRECISIONS, canonical_precision
 
 __all__ = ["INFERENCE_PRECISIONS", "InferenceModel", "inference_runtime", "load_for_inference", "load_model",
            "prepare_model", "weights_dtype"]
@@ -62,15 +62,14 @@ def weights_dtype(precision: str) -> torch.dtype:
 
 def parse_inference_precision(name: str, key: str = "--precision") -> str:
     """``fp32`` or a training precision name, normalised; one line naming ``key`` otherwise."""
-    normalised = str(name).strip().lower().replace("_", "-")
+    normalised = canonical_precision(name)
     if normalised in ("fp32", "32", "32-true", "float32"):
         return "fp32"
     if normalised in ("bf16-true", "bf16-mixed", "bfloat16"):
         return "bf16"
-    try:
-        return parse_precision(normalised, key=key)
-    except ConfigError:
-        raise ConfigError(f"{key}: {name!r} is unknown; choose one of {', '.join(INFERENCE_PRECISIONS)}") from None
+    if normalised in PRECISIONS:
+        return normalised
+    raise ConfigError(f"{key}: {name!r} is unknown; choose one of {', '.join(INFERENCE_PRECISIONS)}")
 
 
 def inference_runtime(device: torch.device | str, precision: str | None = None,

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from biomoe.data.reader import SequenceReader
+from biomoe.data.sources.reader import SequenceReader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.inference.batching import WindowBatch, genome_windows
 from biomoe.inference.load import InferenceModel

@@ -1,10 +1,24 @@
 """Zero-shot variant effects as a log-likelihood ratio, and the variant tables they are read from.
 
-For a substitution at 1-based ``position`` the model scores a window of ``window`` bases centred on
-it (shifted inward at contig ends) twice, with the reference and with the alternative allele, and
-reports ``llr = log p(alt window) - log p(ref window)`` in nats. The model is causal, so the window
-must include the bases *after* the variant: they are where a change to, e.g., a motif shows up as
-surprise. Negative values mean the model finds the alternative less likely.
+A variant at 1-based ``position`` replaces the reference allele ``ref`` (the genome's bases from
+``position`` on) with ``alt``. The model scores a window of ``window`` bases centred on ``ref``
+(shifted inward at contig ends), the *ref window*, and the same window with ``ref`` replaced by
+``alt``, the *alt window*, and reports ``llr = log p(alt window) - log p(ref window)`` in nats.
+The model is causal, so the window must include the bases *after* the variant: they are where a
+change to, e.g., a motif shows up as surprise. Negative values mean the model finds the
+alternative less likely.
+
+For a substitution (``ref`` and ``alt`` of equal length, any length) both windows have the same
+length and differ only at the changed bases. An indel (``ref`` and ``alt`` of different lengths,
+written VCF-style with the base before it: ``AT>A`` deletes a T, ``A>ATTG`` inserts TTG) keeps
+the same flanks: the alt window is longer or shorter than the ref window by the length
+difference, and both are summed over all their own bases. The llr of an indel therefore includes
+the inserted bases' own log-likelihood (in the alt window) or the deleted bases' (in the ref
+window): a neutral insertion of k bases the model cannot predict scores about ``k * log(4)``
+(1.39 nats per base) lower than the change to the flanks alone, a deletion of such bases about as
+much higher. Compare an indel's llr with those of indels of similar length and kind, not with
+substitutions. Both alleles must fit in the window; an insertion's alt window may reach a few
+bases past the window (and past the training length, when that is the window).
 
 The table is TSV (or columns separated by spaces) with columns contig, position, ref, alt and an
 optional id. Blank lines, ``#`` comments and Windows line endings are skipped anywhere. A header
@@ -12,14 +26,10 @@ line, plain or after ``#`` (``chrom pos ref alt``, ``#CHROM POS ID REF ALT``, an
 the columns, in any order (``contig/chrom, position/pos, ref, alt, id``), so score-variants' own
 output and skipped list read back as tables; a header that names only some keeps the fixed order,
 with the 5th column the id when the header calls it ``id``. Without a header the 5th column is not
-read. Substitutions of any length are scored (ref and alt of equal length); indels are refused,
-because windows of different lengths are not comparable by summed likelihood.
+read. Alleles are A/C/G/T; substitutions and indels are scored alike.
 
-A ``.vcf``, ``.vcf.gz`` or ``.bcf`` file is read with pysam (``pip install 'biomoe[vcf]'``): every
-ALT allele of a record is one variant, carrying the record's ID and any INFO fields asked for.
-Real call sets mix SNVs with indels and symbolic alleles (``<DEL>``, ``*``); those records are
-skipped and counted (``score-variants`` reports the count on stderr) rather than refused, so a VCF
-can be scored as it comes from a caller.
+VCF and BCF files are read by :mod:`biomoe.inference.variant_vcf`, which sets aside, with the
+reason, the alleles that are not sequence (symbolic, ``*``, breakends, N or IUPAC codes).
 
 Contigs are named as :class:`~biomoe.data.contig_names.ContigNames` resolves them: the full FASTA
 ID, its accession (``NC_011333.1`` or ``NC_011333`` for ``gi|208433976|ref|NC_011333.1|``) or a
@@ -32,14 +42,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from biomoe.data.contig_names import AmbiguousContigError, ContigNameError, ContigNames
-from biomoe.data.reader import SequenceReader
+from biomoe.data.sources.reader import SequenceReader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.files import decode_user_text
@@ -48,10 +57,8 @@ from biomoe.inference.load import InferenceModel
 from biomoe.inference.scoring import run_log_likelihood
 from biomoe.model.transformer import MoETransformer
 
-__all__ = ["VCF_SUFFIXES", "SkippableVariantError", "Variant", "check_variants", "is_vcf", "prepare_windows",
-           "read_variants", "read_vcf", "score_variants", "score_windows", "variant_windows"]
-
-VCF_SUFFIXES: tuple[str, ...] = (".vcf", ".vcf.gz", ".vcf.bgz", ".bcf")
+__all__ = ["SkippableVariantError", "Variant", "check_variants", "prepare_windows", "read_variants",
+           "score_variants", "score_windows", "variant_windows"]
 
 
 @dataclass(frozen=True)
@@ -188,99 +195,12 @@ def _parse_variant(path: str | os.PathLike[str], lineno: int, line: str, fields:
         raise GenomeInputError(path, f"line {lineno}: position must be a 1-based integer, got {pos!r}")
     ref, alt = ref.upper(), alt.upper()
     if not ref or not alt or set(ref + alt) - set("ACGT"):
-        raise GenomeInputError(path, f"line {lineno}: ref/alt must be A/C/G/T, got {ref}>{alt}")
-    if len(ref) != len(alt):
-        raise GenomeInputError(path, f"line {lineno}: {contig}:{pos} {ref}>{alt} is an indel; only "
-                                     "substitutions (equal-length ref and alt) are scored")
+        # '-' or an empty allele is how some tools write an indel; here it carries the base before it
+        hint = (" (write an indel VCF-style, with the base before it: AT>A, A>ATTG)"
+                if "-" in ref + alt or not ref or not alt else "")
+        raise GenomeInputError(path, f"line {lineno}: ref/alt must be A/C/G/T, got {ref}>{alt}{hint}")
     ident = fields[columns["id"]] if "id" in columns and len(fields) > columns["id"] else ""
     return Variant(contig, int(pos), ref, alt, ident or ".")
-
-
-def is_vcf(path: str | os.PathLike[str]) -> bool:
-    return os.fspath(path).lower().endswith(VCF_SUFFIXES)
-
-
-def read_vcf(path: str | os.PathLike[str], info: Sequence[str] = ()) -> tuple[list[Variant], int]:
-    """Substitutions of a VCF/BCF (one per ALT allele) and the number of ALT alleles skipped
-    (indels, symbolic alleles, records without ALT).
-
-    Every variant carries the record's ID (``.`` when it has none) and the INFO fields ``info``
-    as text: empty when the record lacks the field, ``true``/``false`` for flags, the allele's own
-    value for per-ALT fields (``Number=A``), the reference's and the allele's for ``Number=R``,
-    other lists comma-separated. A key the VCF header does not declare is an error."""
-    try:
-        import pysam  # optional dependency
-    except ImportError:
-        raise GenomeInputError(path, "reading VCF needs pysam: pip install 'biomoe[vcf]'") from None
-    if not os.path.isfile(path):
-        raise GenomeInputError(path, "no such file" if not os.path.exists(path) else "is not a file")
-    keys = list(dict.fromkeys(info))
-    variants: list[Variant] = []
-    skipped = 0
-    verbosity = pysam.set_verbosity(0)  # htslib's own warnings would repeat our one-line errors
-    try:
-        with pysam.VariantFile(os.fspath(path)) as vcf:
-            declared = vcf.header.info
-            for record in vcf:
-                if record.pos < 1:  # 0 is the VCF spec's telomere marker: no base to substitute
-                    raise GenomeInputError(path, f"record {record.chrom}:{record.pos}: position must be >= 1 "
-                                                 "(VCF positions are 1-based)")
-                ref = (record.ref or "").upper()
-                ident = record.id or "."
-                for allele, alt in enumerate(record.alts or ()):
-                    alt = alt.upper()
-                    if len(alt) != len(ref) or not ref or set(ref + alt) - set("ACGT"):
-                        skipped += 1
-                        continue
-                    values = tuple((key, _info_text(record, declared, key, allele)) for key in keys)
-                    variants.append(Variant(record.chrom, int(record.pos), ref, alt, ident, values))
-                if not record.alts:
-                    skipped += 1
-            missing = [key for key in keys if key not in declared]  # also after records added some
-            if missing:
-                known = ", ".join(list(declared)[:10]) + (" ..." if len(declared) > 10 else "")
-                raise GenomeInputError(path, f"--info: INFO field(s) {', '.join(missing)} not declared in the VCF "
-                                             f"header (declared: {known or 'none'})")
-    except NotImplementedError:  # htslib cannot seek in plain gzip (only in bgzip's blocks)
-        raise GenomeInputError(path, "is gzip-compressed but not bgzipped: recompress it with "
-                                     f"`gunzip -c {os.fspath(path)} | bgzip > OUT.vcf.gz`, or gunzip it") from None
-    except (ValueError, OSError) as exc:
-        if isinstance(exc, GenomeInputError):
-            raise
-        detail = " ".join(str(exc).split())[:200]
-        raise GenomeInputError(path, f"cannot read as VCF/BCF ({detail})") from None
-    finally:
-        pysam.set_verbosity(verbosity)
-    return variants, skipped
-
-
-def _info_text(record, declared, key: str, allele: int) -> str:
-    """One INFO field of a record, as the results table writes it (see :func:`read_vcf`)."""
-    meta = declared.get(key) if key in declared else None
-    if meta is not None and meta.type == "Flag":
-        return "true" if key in record.info else "false"
-    if key not in record.info:
-        return ""
-    value = record.info[key]
-    if isinstance(value, tuple):
-        number = meta.number if meta is not None else None
-        if number == "A" and len(value) > allele:
-            value = value[allele]
-        elif number == "R" and len(value) > allele + 1:
-            value = (value[0], value[allele + 1])
-    if isinstance(value, tuple):
-        return ",".join(_info_value(v) for v in value)
-    return _info_value(value)
-
-
-def _info_value(value) -> str:
-    if value is None:
-        return "."
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):  # htslib stores floats in 32 bits: 7 digits say all of it
-        return f"{value:.7g}"
-    return str(value)
 
 
 def _read_table_text(path: Path) -> str:
@@ -309,7 +229,9 @@ class SkippableVariantError(GenomeInputError):
 
 def variant_windows(genome: SequenceReader, variant: Variant, window: int, source: str,
                     names: ContigNames | None = None) -> tuple[int, str, str]:
-    """(window start, ref window, alt window); checks the contig, bounds and reference allele.
+    """(window start, ref window, alt window); checks the contig, bounds, reference allele and that
+    both alleles fit in ``window``. The alt window is the ref window with ``ref`` replaced by
+    ``alt``: as long as it for a substitution, longer or shorter by the difference for an indel.
     ``names``: the contigs of ``genome`` (built from it when not given)."""
     names = ContigNames(genome) if names is None else names
     try:
@@ -329,10 +251,13 @@ def variant_windows(genome: SequenceReader, variant: Variant, window: int, sourc
         raise SkippableVariantError(source, f"variant {variant.label()}: reference allele {variant.ref} does not "
                                             f"match the genome ({actual}) at {variant.contig}:{variant.position}",
                                     f"reference mismatch (genome has {actual})")
-    if len(variant.ref) > window:
-        # The window must hold the whole substitution; otherwise the alt window would be spliced
-        # out of range and compared, at a different length, with the ref window.
-        raise GenomeInputError(source, f"variant {variant.label()}: {len(variant.ref)} bases do not fit in "
+    longest = max(len(variant.ref), len(variant.alt))
+    if longest > window:
+        # The window must hold each allele whole: a longer ref would be spliced out of range, and
+        # an alt longer than the window would leave its windows with no flank in common.
+        alleles = "ref and alt alleles" if len(variant.ref) == len(variant.alt) else (
+            "ref allele" if len(variant.ref) > len(variant.alt) else "alt allele")
+        raise GenomeInputError(source, f"variant {variant.label()}: its {alleles} of {longest} bases do not fit in "
                                        f"the scoring window of {window} bases (raise --window)")
     size = min(window, length)
     start = min(max(begin + len(variant.ref) // 2 - size // 2, 0), length - size)
@@ -385,8 +310,9 @@ def score_windows(model: InferenceModel | MoETransformer, variants: list[Variant
 
     The ref and alt windows of all variants share forward passes of up to ``batch_tokens`` tokens
     (``batch_size`` caps the variants per pass); variants that share a reference window (other
-    alleles at one site) have it scored once. Every window is read from its start, so a variant's
-    scores are those of its two windows scored alone."""
+    alleles at one site, the same ref allele) have it scored once. Every window is read from its
+    start and summed over its own bases only (an indel's windows differ in length, and a batch pads
+    its rows to the widest), so a variant's scores are those of its two windows scored alone."""
     tokenizer = NucleotideTokenizer()
     logp = np.zeros((len(variants), 2), dtype=np.float64)
     ref_rows: dict[tuple[str, int, str], int] = {}

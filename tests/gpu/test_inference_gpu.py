@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from biomoe.backends.te.availability import te_installed
-from biomoe.data.registry import open_reader
+from biomoe.data.sources.registry import open_reader
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.inference.load import load_for_inference
 from biomoe.inference.score_fasta import score_genome, summary_rows

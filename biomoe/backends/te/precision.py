@@ -1,6 +1,8 @@
 """Precision names → Transformer Engine recipes, the start-up capability check, and the autocast.
 
-The config names a precision (``bf16 | fp8-delayed | fp8-current | fp8-block | mxfp8 | nvfp4``).
+The config names a precision (``bf16 | fp8-delayed | fp8-current | fp8-block | mxfp8 | nvfp4``),
+parsed once where it is read (:class:`~biomoe.model.config.RuntimeConfig` stores the canonical
+name); the functions here take that name as it is, a key of :data:`~biomoe.precisions.PRECISIONS`.
 At start-up :func:`resolve_precision` checks that this GPU can run it. If not, it raises a
 :class:`~biomoe.model.config.ConfigError` whose message is ONE line naming the GPU, its compute
 capability and the precisions that do work, unless the config names a fallback, which is then
@@ -24,7 +26,8 @@ import torch.distributed as dist
 
 from biomoe.errors import ConfigError
 from biomoe.compat.transformer_engine import fp8_recipe_active
-from biomoe.precisions import PRECISIONS, PrecisionSpec, parse_precision
+# parse_precision is imported from here too: the parsing itself is biomoe.precisions'
+from biomoe.precisions import PRECISIONS, PrecisionSpec, parse_precision  # noqa: F401
 from biomoe.backends.te.availability import DeviceInfo
 
 log = logging.getLogger(__name__)
@@ -85,40 +88,40 @@ def unsupported_message(name: str, info: DeviceInfo | None, te_available: bool,
 
 def resolve_precision(requested: str, fallback: str | None, info: DeviceInfo | None,
                       te_available: bool, checker: SupportChecker | None = None) -> str:
-    """The precision to run, after the start-up check. Raises ConfigError (one line) if impossible."""
-    name = parse_precision(requested)
+    """The precision to run, after the start-up check. Raises ConfigError (one line) if impossible.
+
+    ``requested`` and ``fallback`` are canonical names (as RuntimeConfig stores them)."""
     supported = supported_precisions(info, te_available, checker)
-    if name in supported:
-        return name
-    message = unsupported_message(name, info, te_available, supported)
+    if requested in supported:
+        return requested
+    message = unsupported_message(requested, info, te_available, supported)
     if fallback is None:
         raise ConfigError(message)
-    fallback_name = parse_precision(fallback)
-    if fallback_name not in supported:
-        raise ConfigError(f"{message}; the configured fallback {fallback_name!r} cannot run either")
+    if fallback not in supported:
+        raise ConfigError(f"{message}; the configured fallback {fallback!r} cannot run either")
     log.warning("precision %s cannot run here (%s); using the configured fallback %s",
-                name, message, fallback_name)
-    return fallback_name
+                requested, message, fallback)
+    return fallback
 
 
 def make_recipe(name: str) -> Any | None:
-    """The TE recipe object for a precision name (``None`` for bf16: no quantisation)."""
-    name = parse_precision(name)
+    """The TE recipe object for a canonical precision name (``None`` for bf16: no quantisation)."""
+    if name not in PRECISIONS:  # a bug, not input: names are parsed where they are read
+        raise KeyError(f"{name!r} is not a canonical precision name ({', '.join(PRECISIONS)})")
     if name == "bf16":
         return None
     from transformer_engine.common import recipe as r  # optional dependency
 
-    if name == "fp8-delayed":
+    recipes: dict[str, Callable[[], Any]] = {
         # HYBRID = E4M3 forward, E5M2 gradients; max over a 16-step amax history.
-        return r.DelayedScaling(fp8_format=r.Format.HYBRID, amax_history_len=16,
-                                amax_compute_algo="max")
-    if name == "fp8-current":
-        return r.Float8CurrentScaling(fp8_format=r.Format.HYBRID)
-    if name == "fp8-block":
-        return r.Float8BlockScaling()
-    if name == "mxfp8":
-        return r.MXFP8BlockScaling()
-    return r.NVFP4BlockScaling()
+        "fp8-delayed": lambda: r.DelayedScaling(fp8_format=r.Format.HYBRID, amax_history_len=16,
+                                                amax_compute_algo="max"),
+        "fp8-current": lambda: r.Float8CurrentScaling(fp8_format=r.Format.HYBRID),
+        "fp8-block": r.Float8BlockScaling,
+        "mxfp8": r.MXFP8BlockScaling,
+        "nvfp4": r.NVFP4BlockScaling,
+    }
+    return recipes[name]()
 
 
 _AMAX_GROUP: Any = None
@@ -142,10 +145,12 @@ def amax_reduction_group() -> Any:
 
 
 class PrecisionContext:
-    """Enters ``te.autocast`` with the resolved recipe; a no-op for bf16 or without TE."""
+    """Enters ``te.autocast`` with the resolved recipe; a no-op for bf16 or without TE.
+
+    ``name`` is canonical: :func:`resolve_precision`'s result."""
 
     def __init__(self, name: str, use_te: bool) -> None:
-        self.name = parse_precision(name)
+        self.name = name
         self.use_te = use_te
         self.recipe = make_recipe(self.name) if use_te else None
 

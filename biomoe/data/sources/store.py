@@ -2,12 +2,12 @@
 
 Why this exists: a corpus of many FASTA files costs every DataLoader worker a validated, indexed
 pyfaidx handle per file, and the bytes are 8 bits per base on disk. ``biomoe prepare`` (see
-:mod:`biomoe.data.store_prepare`) packs the files once into a folder of shards in the UCSC
+:mod:`biomoe.data.sources.store_prepare`) packs the files once into a folder of shards in the UCSC
 ``.2bit`` format (2 bits per base and N runs; soft-mask runs compressed beside each shard, or
 inside it with ``--soft-mask twobit``) and a manifest, ``store.json``,
 that records every input file (its label, metadata and split), every contig (length and
 shard) and each shard's sha256. :class:`StoreReader` is the
-:class:`~biomoe.data.reader.SequenceReader` over it: windows are slices of memory-mapped shards,
+:class:`~biomoe.data.sources.reader.SequenceReader` over it: windows are slices of memory-mapped shards,
 mapped lazily in each worker process, with the bases, N and case exactly as in the FASTA.
 
 Each shard's checksum is verified once: the verdict is kept in the cache folder under the
@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from biomoe.data.reader import ContigInfo
-from biomoe.data.store_mask import MaskRuns
-from biomoe.data.store_twobit import Exceptions, TwoBitFile, lower_case
+from biomoe.data.sources.cache import default_cache_dir
+from biomoe.data.sources.reader import ContigInfo
+from biomoe.data.sources.store_mask import MaskRuns
+from biomoe.data.sources.store_twobit import Exceptions, TwoBitFile, lower_case
 from biomoe.errors import GenomeInputError
 from biomoe.files import sha256_file, write_text
 
@@ -40,7 +41,7 @@ MANIFEST = "store.json"
 """The manifest's file name inside a store folder: a folder holding it is a store."""
 FORMAT = "biomoe-sequence-store"
 VERSION = 2
-"""Version 2 may keep a shard's soft-mask runs in a compressed file beside it (:mod:`~biomoe.data.store_mask`)."""
+"""Version 2 may keep a shard's soft-mask runs in a compressed file beside it (:mod:`~biomoe.data.sources.store_mask`)."""
 READABLE_VERSIONS = (1, 2)
 
 
@@ -85,8 +86,6 @@ def _verified_marker(cache: Path, shard: Path, sha256: str) -> Path:
 def verify_shards(folder: Path, shards: Sequence[dict[str, Any]], cache_dir: Path | None) -> None:
     """Check every shard's size and sha256 against the manifest, hashing each shard only when no
     earlier check of the same file (path, size, mtime) is on record in the cache."""
-    from biomoe.data.fasta import default_cache_dir  # fasta pulls in more than a store needs at import
-
     cache = cache_dir if cache_dir is not None else default_cache_dir(folder)
     for shard in shards:
         _verify_file(cache, folder / str(shard["file"]), int(shard["bytes"]), str(shard["sha256"]), "store shard")
@@ -122,7 +121,7 @@ class _Place:
 
 
 class StoreReader:
-    """The :class:`~biomoe.data.reader.SequenceReader` over a prepared store (one folder).
+    """The :class:`~biomoe.data.sources.reader.SequenceReader` over a prepared store (one folder).
 
     ``paths`` are the input files as they sit in the store (``<store>/<file name>``) and
     ``labels`` the labels they had as FASTA, so ``data.val_files``, ``data.test_files``,

@@ -23,11 +23,10 @@ file (and line), not a ``UnicodeDecodeError`` or a message without a file name.
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from typing import Any
 
 import yaml
@@ -35,17 +34,16 @@ from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
 
 from biomoe.backends import expert_backend_choices
+from biomoe.checks import (Check, boolean, choice, either, field_checks, folder, integer, is_number, key_error, real,
+                           text)
+from biomoe.cli.run.config_values import MISSING, class_entries, lookup, plain
 from biomoe.data.config import DataConfig
 from biomoe.errors import GenomeInputError
 from biomoe.files import decode_user_text
-from biomoe.checks import (Check, boolean, choice, either, field_checks, folder, integer, is_number, key_error, real,
-                           text)
 from biomoe.model.config import (BACKEND_CHOICES, LAYER_BACKEND_FIELDS, ModelConfig, OptimConfig,
                                  RuntimeConfig)
 
 __all__ = ["RULES", "CLASS_RULES", "FREE_FORM", "validate_config", "check_config_files", "config_file_args"]
-
-_MISSING = object()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,53 +226,22 @@ CLASS_RULES: dict[str, dict[str, Check]] = {
 """Init-arg checks for classes given by ``class_path`` (callbacks, loggers, strategies), by class name."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Walking a parsed config
-# ---------------------------------------------------------------------------------------------
-def _plain(config: Any) -> Any:
-    """jsonargparse Namespace -> nested dicts (leaves untouched)."""
-    as_dict = getattr(config, "as_dict", None)
-    return as_dict() if callable(as_dict) else config
-
-
-def _lookup(config: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        if isinstance(node, Mapping) and "init_args" in node and part not in node:
-            node = node["init_args"]  # a section given in class_path form
-        if not isinstance(node, Mapping) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _class_entries(value: Any, key: str) -> list[tuple[str, Mapping[str, Any]]]:
-    """(label, init_args) for every class_path entry under a key (a list, one entry, or none)."""
-    entries = value if isinstance(value, list) else [value]
-    found = []
-    for entry in entries:
-        if isinstance(entry, Mapping) and isinstance(entry.get("class_path"), str):
-            name = entry["class_path"].rsplit(".", 1)[-1]
-            found.append((f"{key}.{name}", entry.get("init_args") or {}))
-    return found
-
-
 def validate_config(config: Any, subcommand: str = "fit") -> None:
     """Raise one ConfigError ``<key>: <problem>`` for the first out-of-range value in a parsed
     ``fit``/``validate``/``test``/``predict`` configuration (the subcommand's section)."""
-    config = _plain(config)
+    config = plain(config)
     for key, check in RULES.items():
-        value = _lookup(config, key)
-        if value is _MISSING:
+        value = lookup(config, key)
+        if value is MISSING:
             continue
         problem = check(value)
         if problem:
             raise key_error(key, problem)
     for key in ("trainer.callbacks", "trainer.logger", "trainer.strategy", "trainer.plugins"):
-        value = _lookup(config, key)
-        if value is _MISSING:
+        value = lookup(config, key)
+        if value is MISSING:
             continue
-        for label, init_args in _class_entries(value, key):
+        for label, init_args in class_entries(value, key):
             rules = CLASS_RULES.get(label.rsplit(".", 1)[-1], {})
             for arg, check in rules.items():
                 if arg in init_args:
@@ -287,9 +254,9 @@ def validate_config(config: Any, subcommand: str = "fit") -> None:
 
 def _check_fit_combinations(config: Mapping[str, Any]) -> None:
     """Values that are fine alone but not together (or fine for validate, not for fit)."""
-    steps = _lookup(config, "trainer.max_steps")
-    epochs = _lookup(config, "trainer.max_epochs")
-    if steps == 0 or (epochs == 0 and steps in (-1, _MISSING, None)):
+    steps = lookup(config, "trainer.max_steps")
+    epochs = lookup(config, "trainer.max_epochs")
+    if steps == 0 or (epochs == 0 and steps in (-1, MISSING, None)):
         key = "trainer.max_steps" if steps == 0 else "trainer.max_epochs"
         raise key_error(key, "is 0: nothing would be trained (use validate to score a checkpoint)")
 

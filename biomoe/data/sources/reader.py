@@ -3,8 +3,8 @@
 Windows, splits, per-genome metrics and baselines need only a few things from a genome: its
 files (to name them in messages and metrics), its contigs (name, length, file) in a fixed order,
 and the bases of a stretch of one contig. Any object with those members can be trained on;
-:class:`~biomoe.data.fasta.Genome` (validated, indexed FASTA) is the reader biomoe ships, and
-:mod:`biomoe.data.registry` picks a reader for other file formats.
+:class:`~biomoe.data.sources.genome.Genome` (validated, indexed FASTA) is the reader biomoe ships, and
+:mod:`biomoe.data.sources.registry` picks a reader for other file formats.
 """
 
 from __future__ import annotations

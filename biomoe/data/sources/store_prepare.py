@@ -1,6 +1,6 @@
-"""Building a corpus store (:mod:`biomoe.data.store`) from FASTA files, folders or a corpus manifest.
+"""Building a corpus store (:mod:`biomoe.data.sources.store`) from FASTA files, folders or a corpus manifest.
 
-The inputs are opened as training opens them (:class:`~biomoe.data.fasta.Genome`: validated,
+The inputs are opened as training opens them (:class:`~biomoe.data.sources.genome.Genome`: validated,
 gzip/bgzip read, repeated contig names namespaced ``<file>#<name>``), so the store holds the same
 files, labels, contigs and bases in the same order, and training on it gives the same windows.
 A corpus manifest (``data/corpus.tsv``) stands for its files in the fetched corpus folder, in
@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from biomoe.data.corpus import read_manifest, read_splits
-from biomoe.data.fasta import Genome, resolve_fasta_paths
-from biomoe.data.store import FORMAT, MANIFEST, VERSION, is_store, read_store_manifest, sha256_file, verify_shards
-from biomoe.data.store_mask import encode_mask_runs, without_mask
-from biomoe.data.store_twobit import EncodedRecord, RecordEncoder, iter_pieces, write_twobit
+from biomoe.data.sources.corpus import read_manifest, read_splits
+from biomoe.data.sources.fasta_paths import resolve_fasta_paths
+from biomoe.data.sources.genome import Genome
+from biomoe.data.sources.store import FORMAT, MANIFEST, VERSION, is_store, read_store_manifest, sha256_file, verify_shards
+from biomoe.data.sources.store_mask import encode_mask_runs, without_mask
+from biomoe.data.sources.store_twobit import EncodedRecord, RecordEncoder, iter_pieces, write_twobit
 from biomoe.errors import GenomeInputError
 from biomoe.files import TEMP_MARK, check_not_input, protect_inputs, sweep_stale_temps
 
@@ -38,7 +39,7 @@ large corpus, small enough to copy or re-check one at a time. Files are never sp
 
 SOFT_MASK_PLACES = ("compact", "twobit")
 """Where soft-mask (lowercase) runs go: ``compact``, a deflated run table beside each shard (about
-2.5 bytes a run, see :mod:`~biomoe.data.store_mask`); ``twobit``, inside the ``.2bit`` (8 bytes a run,
+2.5 bytes a run, see :mod:`~biomoe.data.sources.store_mask`); ``twobit``, inside the ``.2bit`` (8 bytes a run,
 and UCSC tools then show the case too)."""
 
 _PIECE = 1 << 24  # bases read from the FASTA at once: bounds memory for any chromosome

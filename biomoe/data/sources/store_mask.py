@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from biomoe.data.store_twobit import EncodedRecord
+from biomoe.data.sources.store_twobit import EncodedRecord
 from biomoe.errors import GenomeInputError
 
 __all__ = ["MaskRuns", "encode_mask_runs", "without_mask"]

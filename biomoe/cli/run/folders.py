@@ -1,4 +1,4 @@
-"""Where a run writes, and that only runs that ran leave a folder.
+"""Where a run writes, where its checkpoints are found, and that only runs that ran leave a folder.
 
 Every recipe names its folder three times (``trainer.default_root_dir``, the logger's ``save_dir``,
 sometimes a ModelCheckpoint ``dirpath``), and Lightning lets the logger's and the callback's win: a
@@ -6,6 +6,10 @@ sometimes a ModelCheckpoint ``dirpath``), and Lightning lets the logger's and th
 option moves the whole run: the logger, the checkpoints, and with them the plot, the summary's
 files and predictions (which go into the logger's version folder). A ``save_dir`` or ``dirpath``
 also given on the command line is the user's explicit choice and stays.
+
+The commands that read a run back (``--ckpt_path best``/``last``, ``--ckpt_path runs/x``) look for
+its checkpoints where those same settings put them (:func:`checkpoint_folders`,
+:func:`resolve_run_folder`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,14 @@ import shutil
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["follow_root_dir", "options_given", "remove_unstarted_run_folder"]
+from biomoe.checkpoint.run_folder import resolve_checkpoint
+from biomoe.cli.run.config_values import class_name, entries, get, init_args, mapping
+
+__all__ = ["checkpoint_folders", "follow_root_dir", "options_given", "remove_unstarted_run_folder",
+           "resolve_run_folder"]
+
+SCORING = ("validate", "test", "predict")
+"""The subcommands that read a trained run's checkpoint."""
 
 LOGGER_LEFTOVERS = frozenset({"hparams.yaml", "metrics.csv"})
 """What a logger writes into a run folder before the run has computed anything (removable)."""
@@ -24,22 +35,6 @@ LOGGER_LEFTOVERS = frozenset({"hparams.yaml", "metrics.csv"})
 def options_given(argv: Iterable[str]) -> set[str]:
     """The ``--key`` names on a command line (``--a.b=1`` and ``--a.b 1`` alike), without dashes."""
     return {arg[2:].split("=", 1)[0] for arg in argv if isinstance(arg, str) and arg.startswith("--")}
-
-
-def _entries(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def _init_args(entry: Any) -> Any:
-    """The ``init_args`` of a ``class_path`` entry (a jsonargparse Namespace or a dict), else None."""
-    if entry is None or isinstance(entry, (bool, str)) or not hasattr(entry, "get"):
-        return None
-    return entry.get("init_args")
-
-
-def _is_model_checkpoint(entry: Any) -> bool:
-    path = str(entry.get("class_path") or "") if hasattr(entry, "get") else ""
-    return path.rsplit(".", 1)[-1] == "ModelCheckpoint"
 
 
 def follow_root_dir(section: Any, given: set[str]) -> list[str]:
@@ -55,18 +50,43 @@ def follow_root_dir(section: Any, given: set[str]) -> list[str]:
         return []
     changed: list[str] = []
     if not any("logger" in key and "save_dir" in key for key in given):
-        for entry in _entries(trainer.get("logger")):
-            args = _init_args(entry)
+        for entry in entries(trainer.get("logger")):
+            args = init_args(entry)
             if args is not None and args.get("save_dir") not in (None, root):
                 args["save_dir"] = root
                 changed.append("trainer.logger.save_dir")
     if not any("dirpath" in key for key in given):
-        for entry in _entries(trainer.get("callbacks")):
-            args = _init_args(entry)
-            if args is not None and _is_model_checkpoint(entry) and args.get("dirpath") is not None:
+        for entry in entries(trainer.get("callbacks")):
+            args = init_args(entry)
+            if args is not None and class_name(entry) == "ModelCheckpoint" and args.get("dirpath") is not None:
                 args["dirpath"] = None
                 changed.append("ModelCheckpoint.dirpath")
     return changed
+
+
+def checkpoint_folders(section: Any) -> list[str]:
+    """Where one subcommand's run (``section``, its parsed config) keeps its checkpoints, most
+    specific first: the callbacks' ``dirpath`` if any is set, else the loggers' ``save_dir`` (their
+    version folders hold them), else ``trainer.default_root_dir`` (else the working folder). Only
+    the first kind found counts: a recipe's default folder must not lend its checkpoints to a run
+    logged elsewhere."""
+    trainer = mapping(get(section, "trainer")) or {}
+    callbacks, loggers = entries(trainer.get("callbacks")), entries(trainer.get("logger"))
+    for folders in ([(init_args(cb) or {}).get("dirpath") for cb in callbacks],
+                    [(init_args(lg) or {}).get("save_dir") for lg in loggers]):
+        if any(folders):
+            return [os.fspath(f) for f in dict.fromkeys(f for f in folders if f)]
+    return [os.fspath(trainer.get("default_root_dir") or os.getcwd())]
+
+
+def resolve_run_folder(config: Any) -> None:
+    """``validate``/``test``/``predict --ckpt_path runs/x``: the run folder's best checkpoint
+    (:func:`~biomoe.checkpoint.run_folder.resolve_checkpoint`), set in ``config`` (the whole parsed
+    command, changed in place). Distributed checkpoints are folders too and stay as given."""
+    subcommand = config.get("subcommand")
+    ckpt = config[subcommand].get("ckpt_path") if subcommand in SCORING else None
+    if isinstance(ckpt, (str, os.PathLike)) and os.path.isdir(ckpt):
+        config[subcommand]["ckpt_path"] = resolve_checkpoint(ckpt)
 
 
 def remove_unstarted_run_folder(log_dir: str | os.PathLike[str]) -> bool:

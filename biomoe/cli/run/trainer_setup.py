@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar
 
+from biomoe.cli.run.config_values import class_name, entries
 from biomoe.compat.lightning import attached_trainer
 from biomoe.errors import ConfigError
 from biomoe.training.genome_metrics import PerGenomeMetrics
@@ -29,28 +30,15 @@ LOGGER_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def _logger_classes(logger: Any) -> list[str]:
-    """Class names named by a ``trainer.logger`` config value (one, a list, or a bool)."""
-    items = logger if isinstance(logger, (list, tuple)) else [logger]
-    names = []
-    for item in items:
-        if hasattr(item, "get") and item.get("class_path"):
-            names.append(str(item.get("class_path")).rsplit(".", 1)[-1])
-        elif isinstance(item, str):
-            names.append(item.rsplit(".", 1)[-1])
-        elif item is not None and not isinstance(item, bool):
-            names.append(type(item).__name__)
-    return names
-
-
 def package_installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
 def check_logger_packages(logger: Any) -> None:
     """A logger whose package is missing is one line naming the extra to install, before Lightning
-    fails on it with a long traceback from inside the logger's constructor."""
-    for name in _logger_classes(logger):
+    fails on it with a long traceback from inside the logger's constructor. ``logger`` is the
+    ``trainer.logger`` setting: one logger, a list, or ``true``/``false``."""
+    for name in filter(None, map(class_name, entries(logger))):
         needs = LOGGER_PACKAGES.get(name)
         if needs is None:
             continue

@@ -3,8 +3,8 @@
 ``data.fasta`` names files; :func:`open_reader` opens them with the reader registered for their
 suffix (``register_reader(".2bit", TwoBitReader)``, or the ``biomoe.readers`` entry-point group
 of an installed package, so the command line can use a reader too) and with
-:class:`~biomoe.data.fasta.Genome` otherwise. A folder holding a store manifest (``store.json``,
-made by ``biomoe prepare``) is read by :class:`~biomoe.data.store.StoreReader`; other folders are
+:class:`~biomoe.data.sources.genome.Genome` otherwise. A folder holding a store manifest (``store.json``,
+made by ``biomoe prepare``) is read by :class:`~biomoe.data.sources.store.StoreReader`; other folders are
 read as FASTA folders.
 """
 
@@ -15,8 +15,8 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from biomoe.data.fasta import Genome
-from biomoe.data.reader import SequenceReader
+from biomoe.data.sources.genome import Genome
+from biomoe.data.sources.reader import SequenceReader
 from biomoe.errors import GenomeInputError
 
 __all__ = ["ENTRY_POINT_GROUP", "ReaderFactory", "open_reader", "register_reader", "registered_suffixes"]
@@ -56,8 +56,8 @@ def _load_entry_points() -> None:
 
 
 def _open_store(paths: list[Path], cache_dir: Path | None) -> SequenceReader:
-    """A prepared store (:mod:`biomoe.data.store`): one store folder per reader."""
-    from biomoe.data.store import StoreReader  # imported when a store is read
+    """A prepared store (:mod:`biomoe.data.sources.store`): one store folder per reader."""
+    from biomoe.data.sources.store import StoreReader  # imported when a store is read
 
     if len(paths) > 1:
         raise GenomeInputError(None, f"data.fasta: {paths[0]} and {paths[1]} are both stores; give one store "
@@ -66,7 +66,7 @@ def _open_store(paths: list[Path], cache_dir: Path | None) -> SequenceReader:
 
 
 def _is_store(item: str | os.PathLike[str]) -> bool:
-    from biomoe.data.store import is_store
+    from biomoe.data.sources.store import is_store
 
     return is_store(os.path.expanduser(os.fspath(item)))
 
@@ -81,7 +81,7 @@ def _factory_for(item: str | os.PathLike[str]) -> ReaderFactory | None:
 
 def open_reader(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                 cache_dir: str | os.PathLike[str] | None = None) -> SequenceReader:
-    """A reader over ``paths``: the registered reader of their suffix, else FASTA (:class:`~biomoe.data.fasta.Genome`).
+    """A reader over ``paths``: the registered reader of their suffix, else FASTA (:class:`~biomoe.data.sources.genome.Genome`).
 
     All files must be of one format; a mix is one :class:`GenomeInputError` naming both kinds.
     """
