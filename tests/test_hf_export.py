@@ -200,3 +200,35 @@ def test_export_takes_context_and_score_from_the_run(tmp_path):
     card = (out / "README.md").read_text()
     (line,) = [line for line in card.splitlines() if "held-out bits/base" in line]
     assert "1.9000" in line and "this checkpoint" in line
+
+
+def test_a_round_trip_scores_exactly_as_the_original_with_default_windows(tmp_path):
+    """The export records the training length; import writes it back, so every command reads the
+    imported weights in the windows it read the original in, and scores do not move."""
+    from biomoe.checkpoint.records import training_seq_length
+
+    cfg = tiny_cfg()
+    torch.manual_seed(0)
+    model = MoETransformer(cfg)
+    weights = {f"model.{k}": v for k, v in model.state_dict().items()}
+    torch.save({"state_dict": weights, "hyper_parameters": {"config": cfg},
+                "datamodule_hyper_parameters": {"seq_length": 96, "fasta": ["g.fa"]}}, tmp_path / "m.ckpt")
+    export_hf(tmp_path / "m.ckpt", tmp_path / "hf")
+    assert cli_main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "back.ckpt")]) == 0
+    assert training_seq_length(tmp_path / "back.ckpt") == 96
+    genome = tmp_path / "g.fa"
+    rng = torch.Generator().manual_seed(2)
+    genome.write_text(">c\n" + "".join("ACGT"[i] for i in torch.randint(0, 4, (700,), generator=rng)) + "\n")
+    rows = []
+    for name in ("m", "back"):
+        assert cli_main(["score-fasta", str(tmp_path / f"{name}.ckpt"), str(genome), "--out",
+                         str(tmp_path / f"scores-{name}")]) == 0
+        rows.append((tmp_path / f"scores-{name}.tsv").read_text())
+    assert rows[0] == rows[1]
+
+
+def test_a_foreign_mixtral_records_no_training_length(tmp_path):
+    from biomoe.interop.hf import exported_training_length
+
+    config = {"vocab_size": 32000, "max_position_embeddings": 4096}
+    assert exported_training_length(tmp_path, config) is None

@@ -29,7 +29,8 @@ from torch import Tensor
 
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
 from biomoe.errors import GenomeInputError
-from biomoe.files import check_outputs, commit_together
+from biomoe.output_checks import check_outputs
+from biomoe.output_set import commit_together
 from biomoe.checkpoint.verify import check_finite
 from biomoe.checkpoint.save import atomic_torch_save
 from biomoe.checkpoint.run_folder import resolve_checkpoint
@@ -273,5 +274,22 @@ def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) 
         "pytorch-lightning_version": lightning.__version__,
         "epoch": 0, "global_step": 0, "loops": {}, "callbacks": {},
     }
+    trained = exported_training_length(folder, config)
+    if trained is not None:
+        checkpoint["datamodule_hyper_parameters"] = {"seq_length": trained}
     atomic_torch_save(checkpoint, out)
     return out
+
+
+def exported_training_length(folder: Path, config: dict) -> int | None:
+    """The training window of a biomoe export (its ``max_position_embeddings``), or None.
+
+    Commands score in windows of the training length by default; an imported checkpoint that did
+    not record it would score in the default window instead, and a round trip of the very same
+    weights would then change every score. Only biomoe's own exports are read this way: another
+    model's ``max_position_embeddings`` is the most it accepts, not what it was trained on."""
+    context = config.get("max_position_embeddings")
+    if vocabulary_difference(folder, config) is not None or not isinstance(context, int):
+        return None
+    return context if 0 < context < UNRECORDED_CONTEXT else None
+

@@ -70,7 +70,7 @@ def checkpoint_identity(checkpoint: Mapping[str, Any] | None) -> dict[str, Any]:
     identity: dict[str, Any] = {}
     data = checkpoint.get("datamodule_hyper_parameters")
     if isinstance(data, Mapping):
-        identity.update({f"data.{key}": _paths(data.get(key)) for key in DATA_SOURCES})
+        identity.update({f"data.{key}": _paths(data[key]) for key in DATA_SOURCES if key in data})
     hparams = checkpoint.get("hyper_parameters")
     if isinstance(hparams, Mapping):
         if isinstance(hparams.get("config"), Mapping):
