@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.biomoe-installed
 
-.PHONY: install fit test test-slow data data-multi data-corpus data-store smoke-2gpu bench notebook clean
+.PHONY: install fit test test-slow lint data data-multi data-corpus data-store smoke-2gpu bench notebook clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test: install
 
 test-slow: install
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+# ruff (the dev extra installs it) with the rules of pyproject.toml's [tool.ruff]; CI runs it too.
+lint: install
+	$(PY) -m ruff check .
 
 data:
 	bash scripts/fetch_data.sh
@@ -72,13 +76,13 @@ RUNPY := $(shell test -x $(PY) && echo $(PY) || echo python3)
 # runs) takes ~14 min on an H200, then ~10 min of inference rows (results/bench/inference.json/.md);
 # BENCH_ARGS=--quick for one shape in bf16, --rows/--shapes/--precisions to pick rows, --sweep adds
 # the sequence-length sweep, --inference-networks/--inference-tasks pick inference rows
-# (python -m biomoe.bench --help); BENCH_INFERENCE= leaves the inference rows out.
-# `python -m biomoe.bench --inference-only` runs those alone.
+# (python -m bench --help); BENCH_INFERENCE= leaves the inference rows out.
+# `python -m bench --inference-only` runs those alone.
 BENCH_ARGS ?=
 BENCH_INFERENCE ?= --inference
 
 bench:
-	$(RUNPY) -m biomoe.bench --out results/bench $(BENCH_INFERENCE) $(BENCH_ARGS)
+	$(RUNPY) -m bench --out results/bench $(BENCH_INFERENCE) $(BENCH_ARGS)
 
 # Runs notebooks/explore.ipynb headless against the best checkpoint of `make fit`'s run
 # (runs/default) when there is one, else against the tiny model (trained first if it has none).

@@ -7,6 +7,7 @@ names below are imported the first time they are used (``from biomoe import MoET
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import sys
 
 __version__ = "0.1.0"
@@ -67,3 +68,39 @@ if _REGISTRY in sys.modules:  # the package re-imported (importlib.reload) after
     _register_biomoe_backends(sys.modules[_REGISTRY])
 elif not any(isinstance(finder, _AfterRegistryImport) for finder in sys.meta_path):
     sys.meta_path.insert(0, _AfterRegistryImport())
+
+
+# Configs and checkpoints name callbacks by class path, and these five modules held training's
+# callbacks before they moved into biomoe.training: ``class_path: biomoe.callbacks.NonFiniteGuard``
+# still loads, with one warning per name (:func:`biomoe.training.old_paths.forward_names`). No file
+# stands for an old module: the finder below makes it, when it is imported, from this table.
+_OLD_MODULES = {
+    "biomoe.baseline": ("biomoe.training.markov_baseline", ("EvaluationPassCallback", "MarkovBaseline")),
+    "biomoe.callbacks": ("biomoe.training.callbacks", ("NonFiniteError", "NonFiniteGuard", "RouterCollapseMonitor")),
+    "biomoe.prediction_writer": ("biomoe.training.prediction_writer", ("WindowScoreWriter",)),
+    "biomoe.repeat_metric": ("biomoe.training.repeat_mixture", ("RepeatMixture",)),
+    "biomoe.time_budget": ("biomoe.training.time_budget", ("TimeBudget",)),
+}
+
+
+class _OldModules:
+    """A meta path finder and loader for the modules of :data:`_OLD_MODULES`: each is an empty module
+    whose ``__getattr__`` returns the moved classes from their new module (imported only then)."""
+
+    def find_spec(self, name, path, target=None):
+        return importlib.machinery.ModuleSpec(name, self) if name in _OLD_MODULES else None
+
+    def create_module(self, spec):
+        return None  # a plain module
+
+    def exec_module(self, module) -> None:
+        from biomoe.training.old_paths import forward_names
+
+        new, names = _OLD_MODULES[module.__name__]
+        module.__doc__ = f"Old path of :mod:`{new}`, kept so configs that name its classes here still load."
+        module.__getattr__ = forward_names(module.__name__, new, names)
+
+
+if not any(type(finder).__name__ == _OldModules.__name__ and type(finder).__module__ == __name__
+           for finder in sys.meta_path):  # once, also when the package is reloaded
+    sys.meta_path.append(_OldModules())

@@ -19,7 +19,8 @@ from typing import Any
 
 from biomoe.errors import ConfigError
 
-__all__ = ["Check", "boolean", "check_fields", "check_values", "checked", "choice", "either", "field_checks", "folder", "integer", "is_number", "key_error", "optional", "real", "sequence_of", "text"]
+__all__ = ["Check", "boolean", "check_fields", "check_values", "checked", "choice", "either", "field_checks", "folder",
+           "integer", "is_number", "key_error", "optional", "real", "sequence_of", "text"]
 
 
 Check = Callable[[Any], "str | None"]

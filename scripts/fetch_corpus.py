@@ -18,8 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from biomoe.data.sources.corpus import (CorpusError, build_splits, fetch_corpus, read_manifest,  # noqa: E402
-                                sketch_file, write_manifest, write_splits)
+from biomoe.data.sources.corpus import CorpusError, read_manifest, write_manifest  # noqa: E402
+from biomoe.data.sources.corpus_fetch import fetch_corpus  # noqa: E402
+from biomoe.data.sources.corpus_sketch import sketch_file  # noqa: E402
+from biomoe.data.sources.corpus_splits import build_splits, write_splits  # noqa: E402
 from biomoe.errors import GenomeInputError  # noqa: E402
 
 

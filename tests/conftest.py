@@ -1,4 +1,5 @@
-"""Shared fixtures: small FASTA files written into pytest's tmp_path."""
+"""Shared fixtures: small FASTA files written into pytest's tmp_path, the tiny model's config and a
+checkpoint of it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 # Lightning attaches a stderr handler to its loggers when it is first imported. The CLI imports it
 # only when a command needs it, so without this the first in-process command of a test would bind
 # that handler to the test's captured stream, which pytest closes afterwards: every later test's
-# Lightning log line would then fail with "Logging error". Importing it here binds the stream pytest keeps for the whole run.
+# Lightning log line would then fail with "Logging error". Importing it here binds the stream pytest
+# keeps for the whole run.
 import lightning.pytorch  # noqa: E402,F401
 
 
@@ -82,6 +84,39 @@ def save_checkpoint(path: Path, model, cfg, data: dict | None = None) -> Path:
         ckpt["datamodule_hyper_parameters"] = data
     torch.save(ckpt, path)
     return path
+
+
+TINY_MODEL = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2, ffn_hidden_size=32)
+"""The small model most tests build: two layers, four experts, seconds to train on a CPU."""
+
+
+@pytest.fixture(scope="session")
+def tiny_config() -> Callable[..., object]:
+    """``tiny_config(**overrides)``: a new ``ModelConfig`` of :data:`TINY_MODEL` with ``overrides``
+    (``tiny_config(num_layers=1, init_std=0.3)``); session-scoped so module-scoped fixtures can use it."""
+    from biomoe.model.config import ModelConfig
+
+    def make(**overrides):
+        return ModelConfig(**{**TINY_MODEL, **overrides})
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint of the tiny model as initialised after ``torch.manual_seed(0)`` (``init_std=0.3``:
+    outputs depend visibly on context), written once for the whole run: read it, never change it.
+    The global random state is left as it was."""
+    import torch
+
+    from biomoe.model.config import ModelConfig
+    from biomoe.model.transformer import MoETransformer
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        cfg = ModelConfig(**TINY_MODEL, init_std=0.3)
+        model = MoETransformer(cfg)
+    return save_checkpoint(tmp_path_factory.mktemp("tiny") / "tiny.ckpt", model, cfg)
 
 
 def error_line(stderr: str) -> str:

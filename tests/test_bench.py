@@ -14,8 +14,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from biomoe.bench.models import build_biomoe, build_hf, reference_init  # noqa: E402
-from biomoe.bench.shapes import SHAPES  # noqa: E402
+from bench.models import build_biomoe, build_hf, reference_init  # noqa: E402
+from bench.shapes import SHAPES  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -60,11 +60,11 @@ def test_independent_init_differs_from_the_reference():
 
 
 # ----------------------------------------------------------------------------- the row plan
-from biomoe.bench.records import BASELINE, BenchRecord, Row, combine_runs, fill_ratios, select_rows  # noqa: E402
-from biomoe.bench.run import (DEFAULT_CONTENDERS, BenchContext, genome_tokens, main, measure,  # noqa: E402
+from bench.records import BASELINE, BenchRecord, Row, combine_runs, fill_ratios, select_rows  # noqa: E402
+from bench.run import (DEFAULT_CONTENDERS, BenchContext, genome_tokens, main, measure,  # noqa: E402
                               plan_rows, shape_config)
-from biomoe.bench.shapes import DEFAULT_CASES, parse_case  # noqa: E402
-from biomoe.bench.timing import PEAK_BF16_TFLOPS, throughput  # noqa: E402
+from bench.shapes import DEFAULT_CASES, parse_case  # noqa: E402
+from bench.timing import PEAK_BF16_TFLOPS, throughput  # noqa: E402
 
 
 def test_cases_name_a_shape_and_its_tokens_per_step():
@@ -179,7 +179,7 @@ def test_bench_runs_hf_the_bare_loop_and_the_product_path_and_writes_the_report(
                  "--out", str(out)]) == 0
     report = json.loads((out / "bench.json").read_text())
     assert "6·N_active·tokens" in report["flop_formula"] and report["peak_tflops_for_mfu"] == 790.0
-    assert report["command"].split()[1:3] == ["-m", "biomoe.bench"]
+    assert report["command"].split()[1:3] == ["-m", "bench"]
     assert {"torch", "transformers", "transformer_engine", "gpu"} <= set(report["environment"])
     rows = {(r["contender"], r["precision"]): r for r in report["records"]}
     for key in [("hf-bf16-fused", "bf16"), ("biomoe-loop", "bf16"), ("biomoe-cli", "bf16"),
@@ -189,13 +189,15 @@ def test_bench_runs_hf_the_bare_loop_and_the_product_path_and_writes_the_report(
         assert len(r["runs"]) == 2 and r["tokens_per_s_range"][0] <= r["tokens_per_s"] <= r["tokens_per_s_range"][1]
         assert r["tokens_per_s"] > 0 and r["steps_timed"] == 2 and r["shape"] == "tiny"
         assert r["tokens_per_step"] == 256 and r["ratio_vs_hf_bf16_fused"] > 0
-        assert {"mfu", "tflops", "peak_mem_gb"} <= set(r) and len(r["losses"]) == 5  # 1 + 2 + the drained and the counted step
+        # 1 + 2 + the drained and the counted step
+        assert {"mfu", "tflops", "peak_mem_gb"} <= set(r) and len(r["losses"]) == 5
         assert r["host_ms"] > 0
     assert rows[("hf-bf16-fused", "bf16")]["ratio_vs_hf_bf16_fused"] == 1.0
     shipped = rows[("biomoe-cli", "bf16")]["details"]
     assert {"NonFiniteGuard", "RouterCollapseMonitor", "ModelCheckpoint"} <= set(shipped["callbacks"])
     assert "cli.py fit --config=" in shipped["command"] and "--model.runtime.precision=bf16" in shipped["command"]
-    assert "GenomeDataModule on data/lambda_virus.fa.gz" in shipped["data"] and "--data.num_workers" not in shipped["command"]
+    assert ("GenomeDataModule on data/lambda_virus.fa.gz" in shipped["data"]
+            and "--data.num_workers" not in shipped["command"])
     assert "repeated" in rows[("biomoe-cli-repeated", "bf16")]["details"]["data"]
     assert report["settings"]["repeats"] == 2 and "lambda_virus" in report["settings"]["fasta"]
     bare = rows[("biomoe-cli-nocallbacks", "bf16")]["details"]["callbacks"]
@@ -216,7 +218,7 @@ def test_a_product_row_ends_after_its_timed_steps_and_keeps_nothing_of_its_model
 
     import lightning as L
 
-    from biomoe.bench.product import CLI_VARIANTS, DEFAULT_CONFIG, run_cli
+    from bench.product import CLI_VARIANTS, DEFAULT_CONFIG, run_cli
 
     def alive() -> tuple[int, int, int]:
         gc.collect()

@@ -1,7 +1,7 @@
 """The bench's inference rows on a CPU: a tiny network, a tiny genome, one run of each contender.
 
 Checks the records (fields, positive rates, one run each), that HF scored exactly what the
-command scored (same weights, same windows), and the flags of ``python -m biomoe.bench``.
+command scored (same weights, same windows), and the flags of ``python -m bench``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from biomoe.bench.inference import InferenceSettings, network_config, plan_inference, run_inference
-from biomoe.bench.inference_cli import parse_report
-from biomoe.bench.run import main
+from bench.inference import InferenceSettings, network_config, plan_inference, run_inference
+from bench.inference_cli import parse_report
+from bench.run import main
 from conftest import random_dna
 
 TINY = """model:
@@ -53,7 +53,7 @@ def test_inference_rows_on_cpu_in_process(tmp_path, tiny_inputs, one_thread):
     settings = InferenceSettings(device=torch.device("cpu"), networks=[str(net)], fasta=fasta, repeats=1,
                                  length=8, samples=[3, 1], variants=16, window=128, pool_size=100,
                                  work_dir=tmp_path, fresh_process=False)
-    report = run_inference(settings, tmp_path / "out", "python -m biomoe.bench --inference-only", {},
+    report = run_inference(settings, tmp_path / "out", "python -m bench --inference-only", {},
                            log=lambda line: None)
     have_hf = _has_transformers()
     records = {(r["task"], r["contender"]): r for r in report["records"]}
@@ -88,7 +88,7 @@ def test_inference_rows_on_cpu_in_process(tmp_path, tiny_inputs, one_thread):
     saved = json.loads((tmp_path / "out" / "inference.json").read_text())
     assert len(saved["records"]) == len(report["records"])
     markdown = (tmp_path / "out" / "inference.md").read_text()
-    assert "python -m biomoe.bench --inference-only" in markdown and "| score-fasta | biomoe |" in markdown
+    assert "python -m bench --inference-only" in markdown and "| score-fasta | biomoe |" in markdown
     assert not list(tmp_path.glob("biomoe-bench-inference-*"))  # the scratch folder is removed
 
 
@@ -100,7 +100,7 @@ def test_each_run_is_a_fresh_process_timed_cold_then_warm(tmp_path, tiny_inputs)
     settings = InferenceSettings(device=torch.device("cpu"), networks=[str(net)], tasks=["score-fasta"],
                                  fasta=fasta, repeats=2, window=128, work_dir=tmp_path)
     assert settings.fresh_process  # the default
-    report = run_inference(settings, tmp_path / "out", "python -m biomoe.bench --inference-only", {},
+    report = run_inference(settings, tmp_path / "out", "python -m bench --inference-only", {},
                            log=lambda line: None)
     records = {r["contender"]: r for r in report["records"]}
     bio = records["biomoe"]
@@ -113,7 +113,7 @@ def test_each_run_is_a_fresh_process_timed_cold_then_warm(tmp_path, tiny_inputs)
     if _has_transformers():
         hf = records["hf"]
         assert hf["status"] == "ok" and hf["cold_seconds"] > 0 and len(hf["runs"]) == 2
-        assert hf["details"]["argv"][:3] == ["python", "-m", "biomoe.bench.inference_hf_job"]
+        assert hf["details"]["argv"][:3] == ["python", "-m", "bench.inference_hf_job"]
         assert hf["details"]["log_likelihood"] == pytest.approx(bio["details"]["log_likelihood"], rel=1e-4)
     markdown = (tmp_path / "out" / "inference.md").read_text()
     assert "cold wall" in markdown

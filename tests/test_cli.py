@@ -113,7 +113,8 @@ def test_predict_writes_scores_consistent_with_validation(fitted):
     out, _ = fitted
     ckpt = next(out.rglob("last.ckpt"))
     predict = ("predict", "--config", str(ROOT / "configs/tiny.yaml"), "--ckpt_path", str(ckpt),
-               "--trainer.default_root_dir", str(out / "pred"), "--trainer.logger.init_args.save_dir", str(out / "pred"),
+               "--trainer.default_root_dir", str(out / "pred"),
+               "--trainer.logger.init_args.save_dir", str(out / "pred"),
                "--data.fasta", str(ROOT / "data/lambda_virus.fa.gz"))
     result = run_cli(*predict)
     assert result.returncode == 0, result.stderr[-3000:]

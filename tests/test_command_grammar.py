@@ -12,16 +12,14 @@ import torch
 
 from biomoe.cli.commands import EXTRA_COMMANDS
 from biomoe.cli.main import main as cli_main
-from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
 from conftest import error_line, random_dna, save_checkpoint
 
 
 @pytest.fixture
-def files(tmp_path, write_fasta):
+def files(tiny_config, tmp_path, write_fasta):
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config()
     ckpt = save_checkpoint(tmp_path / "m.ckpt", MoETransformer(cfg), cfg, data={"seq_length": 32})
     seq = random_dna(120, seed=3)
     fasta = write_fasta({"c": seq})
@@ -67,7 +65,8 @@ def test_repeat_mix_takes_the_model_first_as_the_other_commands_do(files, tmp_pa
     a, b = (json.loads((tmp_path / name).read_text()) for name in ("a.json", "b.json"))
     assert a["base"] == b["base"] == str(ckpt) and a["fasta"] == b["fasta"] == [str(fasta)]
     assert a["mixed_bits_per_base"] == b["mixed_bits_per_base"]
-    assert cli_main(["repeat-mix", str(ckpt), str(fasta), "--val-fraction", "0.5", "--out", str(tmp_path / "d.json")]) == 0
+    assert cli_main(["repeat-mix", str(ckpt), str(fasta), "--val-fraction", "0.5",
+                     "--out", str(tmp_path / "d.json")]) == 0
     assert json.loads((tmp_path / "d.json").read_text())["seq_length"] == 32  # the checkpoint's training length
     other = write_fasta({"d": random_dna(200, seed=8)}, name="other.fa")
     assert cli_main(["repeat-mix", str(fasta), str(other), "--seq-length", "32", "--val-fraction", "0.5",
@@ -117,12 +116,11 @@ WINDOW_OPTIONS = {  # command -> (its window option, the rest of its command lin
 
 
 @pytest.mark.parametrize("command", sorted(WINDOW_OPTIONS))
-def test_every_window_option_defaults_and_warns_by_one_rule(command, tmp_path, write_fasta, capsys):
+def test_every_window_option_defaults_and_warns_by_one_rule(tiny_config, command, tmp_path, write_fasta, capsys):
     """A window past the training length gets the same warning whichever command reads it, and a
     window of one base the same refusal."""
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config(num_layers=1)
     fasta = write_fasta({"c": random_dna(1200, seed=5)})
     ckpt = save_checkpoint(tmp_path / "m.ckpt", MoETransformer(cfg), cfg,
                            data={"fasta": str(fasta), "seq_length": 32, "val_fraction": 0.5})

@@ -11,8 +11,6 @@ import torch
 from biomoe import ModelConfig, MoETransformer
 from biomoe.model.backends import LayerBackends
 from biomoe.model.config import RuntimeConfig
-from biomoe.model.backends import LayerBackends
-from biomoe.model.config import RuntimeConfig
 from biomoe.model.compile import apply_compile
 from biomoe.training.module import BioMoEModule
 

@@ -104,27 +104,14 @@ def test_regions_with_colons_and_bars_in_the_contig_id_parse(text, parsed):
     assert parse_region(text) == parsed
 
 
-@pytest.fixture
-def ckpt(tmp_path):
-    import torch
-
-    from biomoe.model.config import ModelConfig
-    from biomoe.model.transformer import MoETransformer
-    from conftest import save_checkpoint
-
-    torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32, init_std=0.3)
-    return save_checkpoint(tmp_path / "tiny.ckpt", MoETransformer(cfg), cfg)
-
-
-def test_generate_prompt_region_by_accession_and_ambiguity_is_one_line(ckpt, write_fasta, tmp_path, capsys):
+def test_generate_prompt_region_by_accession_and_ambiguity_is_one_line(tiny_checkpoint, write_fasta, tmp_path, capsys):
     from biomoe.cli.main import main as cli_main
     from conftest import random_dna
 
     seq = random_dna(300, seed=3)
     fasta = write_fasta({GI: seq, "gi|7|ref|NC_011334.1|": random_dna(300, seed=4)})
-    common = ["generate", str(ckpt), "--fasta", str(fasta), "--length", "5", "--seed", "1", "--include-prompt"]
+    common = ["generate", str(tiny_checkpoint), "--fasta", str(fasta), "--length", "5", "--seed", "1",
+              "--include-prompt"]
     for name in ("NC_011333.1", "NC_011333", GI):
         out = tmp_path / "s.fa"
         assert cli_main([*common, "--prompt-region", f"{name}:11-40", "--out", str(out)]) == 0

@@ -12,10 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from biomoe.data.sources import corpus
-from biomoe.data.sources.corpus import (CorpusEntry, CorpusError, LocalResolver, assign_splits, build_splits,
-                                fetch_corpus, jaccard, mash_distance, read_manifest, read_records,
-                                sketch_sequences, strain_clusters, write_manifest)
+from biomoe.data.sources import corpus_sketch, corpus_splits
+from biomoe.data.sources.corpus import CorpusEntry, CorpusError, read_manifest, write_manifest
+from biomoe.data.sources.corpus_fetch import LocalResolver, fetch_corpus
+from biomoe.data.sources.corpus_records import read_records
+from biomoe.data.sources.corpus_sketch import jaccard, mash_distance, sketch_sequences
+from biomoe.data.sources.corpus_splits import assign_splits, build_splits, strain_clusters
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,7 +83,8 @@ def resolvers(root: Path) -> dict[str, LocalResolver]:
 
 def test_fetch_pins_checksums_and_bases(packages: Path, tmp_path: Path) -> None:
     dest, lines = tmp_path / "corpus", []
-    pinned = fetch_corpus(two_genome_manifest(), dest, tmp_path / "work", resolvers(packages), pin=True, say=lines.append)
+    pinned = fetch_corpus(two_genome_manifest(), dest, tmp_path / "work", resolvers(packages), pin=True,
+                          say=lines.append)
     assert [e.bases for e in pinned] == [len(CHROM_A), len(PLASMID_A), len(CHROM_B)]
     for entry in pinned:
         assert entry.sha256 == hashlib.sha256((dest / entry.file).read_bytes()).hexdigest()
@@ -99,7 +102,8 @@ def test_fetch_pins_checksums_and_bases(packages: Path, tmp_path: Path) -> None:
     write_manifest(manifest, pinned)
     assert read_manifest(manifest) == pinned
     again: list[str] = []
-    assert fetch_corpus(read_manifest(manifest), dest, tmp_path / "work2", resolvers(packages), say=again.append) == pinned
+    assert fetch_corpus(read_manifest(manifest), dest, tmp_path / "work2", resolvers(packages),
+                        say=again.append) == pinned
     assert all(line.startswith("exists ") for line in again)
 
 
@@ -136,7 +140,8 @@ def test_missing_apt_get_is_one_line_from_the_script(tmp_path: Path, monkeypatch
     monkeypatch.setenv("PATH", str(empty))  # no apt-get: the real resolver must say so, not download
     monkeypatch.syspath_prepend(str(REPO / "scripts"))
     import fetch_corpus as script
-    code = script.main(["--manifest", str(manifest), "--dest", str(tmp_path / "c"), "--splits", str(tmp_path / "s.tsv")])
+    code = script.main(["--manifest", str(manifest), "--dest", str(tmp_path / "c"),
+                        "--splits", str(tmp_path / "s.tsv")])
     err = capsys.readouterr().err
     assert code == 1
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -162,7 +167,7 @@ def test_sketch_is_the_same_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chromosomes are sketched in pieces to bound memory; the k-mers across a boundary count."""
     sequence = dna(5_000, 11)
     whole = sketch_sequences([sequence], size=100_000)
-    monkeypatch.setattr(corpus, "_CHUNK", 777)
+    monkeypatch.setattr(corpus_sketch, "_CHUNK", 777)
     assert np.array_equal(sketch_sequences([sequence], size=100_000), whole)
     assert len(whole) == len(set(sequence[i:i + 21] for i in range(len(sequence) - 20)))
 
@@ -218,6 +223,6 @@ def test_committed_manifest_and_splits_agree() -> None:
     """The committed split file lists exactly the manifest's files, with known split names."""
     entries = read_manifest(REPO / "data" / "corpus.tsv")
     assert all(len(e.sha256) == 64 and len(e.source_sha256) == 64 and e.bases > 0 for e in entries)
-    splits = corpus.read_splits(REPO / "data" / "corpus-splits.tsv")
+    splits = corpus_splits.read_splits(REPO / "data" / "corpus-splits.tsv")
     assert list(splits) == [e.file for e in entries]
-    assert set(splits.values()) == set(corpus.SPLITS)
+    assert set(splits.values()) == set(corpus_splits.SPLITS)

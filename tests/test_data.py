@@ -145,7 +145,8 @@ def test_mutation_corrupts_inputs_only_at_the_set_rate(write_fasta, cache_dir) -
         acgt = torch.from_numpy(np.asarray(TOK.unambiguous_mask(a["input_ids"].numpy())))
         assert not diff[~acgt].any(), "N and specials must never be mutated"
         assert TOK.unambiguous_mask(b["input_ids"][diff].numpy()).all(), "a mutation is always a base"
-        changed += int(diff.sum()); total += int(acgt.sum())
+        changed += int(diff.sum())
+        total += int(acgt.sum())
     assert 0.08 < changed / total < 0.12
     again = GenomeWindowDataset(genome, 500, max_n_fraction=0.5, mutation_prob=0.1, seed=4)
     assert torch.equal(noisy[1]["input_ids"], again[1]["input_ids"])  # same (seed, epoch, index)

@@ -16,7 +16,7 @@ from biomoe.data.samplers import EpochSeededRandomSampler, GenomeWeightedSampler
 from biomoe.data.splits import split_genome
 from biomoe.data.sources.genome import Genome
 from biomoe.errors import GenomeInputError
-from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
+from biomoe.model.config import ConfigError, OptimConfig
 from biomoe.data.packed import PackedGenomeDataset
 from biomoe.training.genome_metrics import PerGenomeMetrics
 from biomoe.genomics.markov import training_sequences
@@ -180,15 +180,15 @@ def test_weighted_draw_is_a_function_of_seed_and_epoch(three_genomes, cache_dir)
 
 
 @pytest.mark.parametrize("packing", [True, False])
-def test_validation_reports_bits_per_base_per_genome(three_genomes, cache_dir, tmp_path, packing: bool) -> None:
+def test_validation_reports_bits_per_base_per_genome(tiny_config, three_genomes, cache_dir, tmp_path,
+                                                     packing: bool) -> None:
     """val/<genome>/bits_per_base per file; their token-weighted mean is the pooled number (packed rows
     hold documents of several files)."""
     torch.manual_seed(0)
     dm = datamodule(three_genomes, cache_dir, val_fraction=0.33, packing=packing)
     rows = [dm.val_dataset[i]["genome"] for i in range(len(dm.val_dataset))]
     assert any(len(set(g.reshape(-1).tolist()) - {-1}) > 1 for g in rows) == packing  # two files in one row
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config()
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
                         callbacks=[PerGenomeMetrics()])
@@ -204,10 +204,9 @@ def test_validation_reports_bits_per_base_per_genome(three_genomes, cache_dir, t
     assert result["val/bits_per_base"] == pytest.approx(pooled, rel=1e-4)
 
 
-def test_a_batch_limit_that_leaves_genomes_out_says_so(three_genomes, cache_dir, tmp_path) -> None:
+def test_a_batch_limit_that_leaves_genomes_out_says_so(tiny_config, three_genomes, cache_dir, tmp_path) -> None:
     dm = datamodule(three_genomes, cache_dir, val_fraction=0.3)
-    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config(num_layers=1)
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
                         limit_val_batches=1, callbacks=[PerGenomeMetrics()])
@@ -216,10 +215,9 @@ def test_a_batch_limit_that_leaves_genomes_out_says_so(three_genomes, cache_dir,
     assert "val/bits_per_base" in result
 
 
-def test_one_genome_logs_no_per_genome_numbers(write_fasta, cache_dir, tmp_path) -> None:
+def test_one_genome_logs_no_per_genome_numbers(tiny_config, write_fasta, cache_dir, tmp_path) -> None:
     dm = datamodule([write_fasta({"c": random_dna(3000, 5)})], cache_dir)
-    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config(num_layers=1)
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
                         callbacks=[PerGenomeMetrics()])

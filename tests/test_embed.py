@@ -8,7 +8,6 @@ import torch
 
 from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.inference.embed import hidden_states, parse_layer
-from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer, rotary_tables
 from biomoe.cli.main import main as cli_main
 from conftest import random_dna, save_checkpoint
@@ -18,10 +17,9 @@ WINDOW = 64
 
 
 @pytest.fixture
-def model() -> MoETransformer:
+def model(tiny_config) -> MoETransformer:
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32, init_std=0.3)
+    cfg = tiny_config(num_layers=3, init_std=0.3)
     return MoETransformer(cfg).eval()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from biomoe.bench import experts
+from bench import expert_contenders, experts
 from biomoe.model.config import ModelConfig
 
 
@@ -20,19 +20,19 @@ def active_mlp_params(cfg: ModelConfig) -> int:
     return 3 * cfg.hidden_size * cfg.dense_ffn_size
 
 
-@pytest.mark.parametrize("size", sorted(experts.SIZES))
+@pytest.mark.parametrize("size", sorted(expert_contenders.SIZES))
 @pytest.mark.parametrize("variant", ["moe", "dense", "top1", "fine", "fine64", "auxfree", "shared"])
 def test_every_variant_has_the_active_parameters_of_the_dense_model(size: str, variant: str) -> None:
-    base = dict(experts.SIZES[size], vocab_size=64, num_layers=2)
-    dense = ModelConfig(**{**base, **experts.variant_settings("dense", base["ffn_hidden_size"])})
-    other = ModelConfig(**{**base, **experts.variant_settings(variant, base["ffn_hidden_size"])})
+    base = dict(expert_contenders.SIZES[size], vocab_size=64, num_layers=2)
+    dense = ModelConfig(**{**base, **expert_contenders.variant_settings("dense", base["ffn_hidden_size"])})
+    other = ModelConfig(**{**base, **expert_contenders.variant_settings(variant, base["ffn_hidden_size"])})
     assert active_mlp_params(other) == active_mlp_params(dense)
     assert bool(other.moe_layer_ids) == (variant != "dense")
 
 
 def test_unknown_variant_is_one_line() -> None:
     with pytest.raises(SystemExit, match="unknown variant 'switch'"):
-        experts.variant_settings("switch", 1024)
+        expert_contenders.variant_settings("switch", 1024)
 
 
 def test_subset_caps_training_genomes_and_spreads_held_out_pieces(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def _speed_run(tmp: Path, model: dict, rates: list[tuple[int, float]], peak: flo
 
 
 def test_speed_reads_the_steady_rate_and_compares_each_model_with_its_dense_twin(tmp_path: Path) -> None:
-    from biomoe.bench.expert_speed import flops_per_token, read_run, summarise
+    from bench.expert_speed import flops_per_token, read_run, summarise
 
     base = {"hidden_size": 512, "num_heads": 8, "num_kv_heads": 4, "ffn_hidden_size": 1024, "num_layers": 8,
             "vocab_size": 64, "num_experts": 8, "top_k": 2}
@@ -127,7 +127,8 @@ def test_speed_reads_the_steady_rate_and_compares_each_model_with_its_dense_twin
     assert dense["tokens_per_s"] == 700.0 and dense["peak_memory_gib"] == 3.0
     moe = read_run(_speed_run(tmp_path / "m", base, [(10, 1.0), (30, 400.0), (40, 350.0)], 5.0))
     moe_again = read_run(_speed_run(tmp_path / "m2", base, [(10, 1.0), (30, 300.0), (40, 310.0)], 5.0))
-    results = {"base-dense-torch": {"size": "base", "variant": "dense", "kernels": "torch", "command": "", "runs": [dense]},
+    results = {"base-dense-torch": {"size": "base", "variant": "dense", "kernels": "torch", "command": "",
+                                    "runs": [dense]},
                "base-moe-torch": {"size": "base", "variant": "moe", "kernels": "torch", "command": "",
                                   "runs": [moe, {"exit": 1}, moe_again]}}
     rows = {r["name"]: r for r in summarise(results, "NVIDIA H100 80GB HBM3")}

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from biomoe.data.tokenizer import A_ID, BOS_ID, N_ID, T_ID, NucleotideTokenizer
-from biomoe.inference.generate import SamplingSettings, generate, parse_region, sample_next
+from biomoe.inference.generate import generate, parse_region
+from biomoe.inference.sampling import SamplingSettings, sample_next
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import KVCache, MoETransformer
 from biomoe.cli.main import main as cli_main

@@ -10,8 +10,10 @@ import torch
 from torch import nn
 
 from biomoe.data.tokenizer import A_ID, BOS_ID, N_ID, T_ID, NucleotideTokenizer
-from biomoe.inference.generate import (AllExpertsBackend, SamplingSettings, StaticDecoder, decode_graph_supported,
-                                       decode_kernels, generate)
+from biomoe.inference.decode_kernels import AllExpertsBackend, decode_graph_supported, decode_kernels
+from biomoe.inference.generate import generate
+from biomoe.inference.sampling import SamplingSettings
+from biomoe.inference.static_decoder import StaticDecoder
 from biomoe.model.backends import LayerBackends
 from biomoe.model.config import ModelConfig
 from biomoe.model.moe import TopKRouter
@@ -113,9 +115,9 @@ def test_the_decoder_keeps_its_buffers_and_counts_on_the_host(model):
     decoder = StaticDecoder(model, batch_size=2, length=30, max_tokens=12)
     buffers = [decoder.cache.position, decoder.token, decoder.logits, decoder.out, *decoder.cache.keys]
     pointers = [t.data_ptr() for t in buffers]
-    from biomoe.inference.generate import _SampleNoise  # the per-sample streams generate() uses
+    from biomoe.inference.sampling import SampleNoise  # the per-sample streams generate() uses
 
-    out = decoder.run(TOK.encode("ACGT"), _SampleNoise(0, range(2), torch.device("cpu")))
+    out = decoder.run(TOK.encode("ACGT"), SampleNoise(0, range(2), torch.device("cpu")))
     assert [t.data_ptr() for t in buffers] == pointers  # refills wrote into the same tensors
     assert decoder.filled == int(decoder.cache.position) <= 12 and not decoder.graphed
     assert len(out) == 2 and all(len(x) == 30 for x in out)

@@ -47,7 +47,8 @@ def shrunk_recipe(tmp_path: Path, train: Path, held_out: Path) -> Path:
 
 def val_series(run: Path) -> list[tuple[int, float]]:
     with open(next(run.rglob("metrics.csv"))) as handle:
-        return [(int(r["step"]), float(r["val/bits_per_base"])) for r in csv.DictReader(handle) if r.get("val/bits_per_base")]
+        return [(int(r["step"]), float(r["val/bits_per_base"]))
+                for r in csv.DictReader(handle) if r.get("val/bits_per_base")]
 
 
 @pytest.mark.slow
@@ -67,7 +68,7 @@ def test_recipe_keeps_the_best_ema_checkpoint_and_stops_early(tmp_path, capsys):
     assert files == ["best-step{}-val{:.4f}.ckpt".format(best_step + 1, best), "last.ckpt"], files
     chosen = Path(resolve_checkpoint(run))
     assert chosen.name.startswith("best-")
-    assert f"checkpoint: {chosen} (best val/bits_per_base {best:.4f})" in summary
+    assert f"checkpoint: {chosen} (best val/bits_per_base {best:.4f}; " in summary
     # The kept file holds the weights validation scored (the EMA average), not the raw weights.
     out = tmp_path / "validate"
     assert main(["validate", "--config", str(tmp_path / "genome-cpu.yaml"), "--ckpt_path", str(run),

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
 from conftest import random_dna, save_checkpoint
 
@@ -24,10 +23,9 @@ FORBIDDEN = ("lightning", "pytorch_lightning", "torchmetrics", "transformers", "
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> dict[str, Path]:
+def inputs(tiny_config, tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("import_set")
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config()
     torch.manual_seed(0)
     ckpt = save_checkpoint(folder / "tiny.ckpt", MoETransformer(cfg), cfg, data={"seq_length": 64})
     sequence = random_dna(600, seed=3)

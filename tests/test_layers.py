@@ -1,6 +1,6 @@
 """The package's import structure, read from the source (no biomoe module is imported).
 
-Three rules, each a test:
+Four rules, each a test:
 
 * **no package-level cycles**: ``biomoe.<package>`` (a top-level module such as ``build.py`` is its
   own node) never imports, directly or through others, a package that imports it back: a cycle
@@ -10,7 +10,9 @@ Three rules, each a test:
 * **private internals only in compat**: a private name (``_x``, not a dunder) of torch, Lightning,
   Transformer Engine, transformers or jsonargparse is used only in ``biomoe/compat/``, where each
   use is listed with the versions it was tested with. A subclass may override a private method
-  only where ``OVERRIDDEN`` in that compat module lists it.
+  only where ``OVERRIDDEN`` in that compat module lists it;
+* **no benchmark**: nothing in ``biomoe/`` imports the top-level ``bench`` package, which a clone
+  has and an installed biomoe does not.
 
 Every import counts: module-level and function-local ``import``/``from`` statements and
 ``importlib.import_module("biomoe...")`` / ``__import__("biomoe...")`` with a literal name.
@@ -35,8 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "biomoe"
 
 LAYERS: list[tuple[str, ...]] = [
-    # bench, and the callbacks' old module paths, which only forward to training (biomoe/training/old_paths.py)
-    ("bench", "callbacks", "baseline", "time_budget", "repeat_metric", "prediction_writer"),
     ("cli",),
     ("interop",),
     ("training",),
@@ -47,7 +47,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("parallel", "backends"),
     ("checkpoint",),
     ("model",),
-    ("compat", "files", "errors", "progress", "precisions", "checks", "resources"),
+    ("compat", "files", "output_checks", "output_set", "temporaries", "user_text", "errors", "progress",
+     "precisions", "checks", "resources"),
 ]
 """Top to bottom: a node may import its own layer and the layers below it, never one above."""
 
@@ -419,7 +420,7 @@ class Package:
         """Private names biomoe itself defines anywhere: module globals, functions, classes, and
         attributes of classes that derive from no library class."""
         names: set[str] = set(NAMED_TUPLE_API)
-        for path, tree in self.trees.items():
+        for tree in self.trees.values():
             for node in ast.walk(tree):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and is_private(node.name):
                     names.add(node.name)
@@ -607,6 +608,20 @@ def _derives(bases: list[str], listed: str, parent: object) -> bool:
     return False
 
 
+# ------------------------------------------------------------------------ the benchmark
+def benchmark_imports(sources: Mapping[str, str]) -> list[str]:
+    """Imports of the benchmark (the top-level ``bench`` package beside ``biomoe/``): it lives in
+    the repository only, so an installed biomoe that imported it would fail outside a clone."""
+    found = []
+    for path, text in sources.items():
+        module = module_name(path)
+        tree = ast.parse(text, filename=path)
+        for target, line in imported_modules(tree, module, path.endswith("__init__.py"), set()):
+            if target.split(".")[0] == "bench":
+                found.append(f"{path}:{line}: imports {target}")
+    return found
+
+
 # -------------------------------------------------------------------------------------- tests
 @pytest.fixture(scope="module")
 def sources() -> dict[str, str]:
@@ -644,7 +659,17 @@ def test_overridden_lists_exactly_the_overridden_methods(sources, package):
     assert stale_overrides(sources, package) == [], "listed in a compat OVERRIDDEN table but overridden nowhere"
 
 
+def test_the_library_never_imports_the_benchmark(sources):
+    assert benchmark_imports(sources) == [], "biomoe imports bench/, which is not installed with it"
+
+
 # --------------------------------------------------------------- the checks can fail at all
+def test_a_benchmark_import_is_reported():
+    fake = {"biomoe/cli/x.py": "def f():\n    from bench.shapes import SHAPES\n",
+            "biomoe/model/m.py": "import benchmark\n"}
+    assert benchmark_imports(fake) == ["biomoe/cli/x.py:2: imports bench.shapes"]
+
+
 def test_a_two_module_cycle_is_reported_with_its_files():
     fake = {"biomoe/__init__.py": "", "biomoe/a/__init__.py": "", "biomoe/b/__init__.py": "",
             "biomoe/a/x.py": "from biomoe.b.y import f\n",
@@ -659,14 +684,14 @@ def test_a_module_named_in_a_table_is_an_import():
     fake = {"biomoe/model/m.py": "def load():\n    for name in ('biomoe.backends.te',):\n        __import__(name)\n",
             "biomoe/backends/te.py": "", "biomoe/data/d.py": "GROUP = 'biomoe.readers'\n"}
     assert layer_report(import_edges(fake)) == [
-        "biomoe/model/m.py:2: biomoe.model (layer 10) imports biomoe.backends (layer 8, above it)"]
+        "biomoe/model/m.py:2: biomoe.model (layer 9) imports biomoe.backends (layer 7, above it)"]
 
 
 def test_a_function_local_import_upwards_breaks_the_layers():
     fake = {"biomoe/model/m.py": "def f():\n    from biomoe.training import t\n",
             "biomoe/training/t.py": "import biomoe.model.m\n"}
     problems = layer_report(import_edges(fake))
-    assert problems == ["biomoe/model/m.py:2: biomoe.model (layer 10) imports biomoe.training (layer 3, above it)"]
+    assert problems == ["biomoe/model/m.py:2: biomoe.model (layer 9) imports biomoe.training (layer 2, above it)"]
 
 
 def test_a_package_missing_from_the_layers_is_reported():
@@ -706,7 +731,8 @@ def test_allowed_uses_are_not_reported(code):
 
 def test_a_stale_overridden_entry_is_reported():
     compat = 'OVERRIDDEN = {"lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_add_subcommands")}\n'
-    code = "from lightning.pytorch.cli import LightningCLI\nclass C(LightningCLI):\n    def _parse_ckpt_path(self):\n        pass\n"
+    code = ("from lightning.pytorch.cli import LightningCLI\nclass C(LightningCLI):\n"
+            "    def _parse_ckpt_path(self):\n        pass\n")
     assert stale_overrides({"biomoe/x.py": code, "biomoe/compat/lightning.py": compat}) == [
         "lightning.pytorch.cli.LightningCLI._add_subcommands"]
 

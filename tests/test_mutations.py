@@ -30,14 +30,6 @@ def _lambda_sequence() -> str:
         return "".join(line.strip() for line in handle if not line.startswith(">")).upper()
 
 
-@pytest.fixture
-def ckpt(tmp_path):
-    torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32, init_std=0.3)
-    return save_checkpoint(tmp_path / "tiny.ckpt", MoETransformer(cfg), cfg)
-
-
 def _snvs(sequence: str, strand: int, table: int = 11) -> dict[tuple[int, str], engine.MutationSNV]:
     gene = Gene("c", 0, len(sequence), strand)
     snvs = engine.enumerate_snvs({"c": sequence}, [(gene, 1)], engine.codon_table(table))
@@ -74,15 +66,15 @@ def test_table_4_reads_tga_as_tryptophan_and_table_1_classes_as_table_11():
             == {k: s.klass for k, s in _snvs(FORWARD, 1, table=11).items()})
 
 
-def test_an_unknown_table_is_one_line(ckpt, tmp_path, capsys):
-    assert cli_main(["mutations", "--ckpt_path", str(ckpt), str(LAMBDA), "--out", str(tmp_path / "o"),
+def test_an_unknown_table_is_one_line(tiny_checkpoint, tmp_path, capsys):
+    assert cli_main(["mutations", "--ckpt_path", str(tiny_checkpoint), str(LAMBDA), "--out", str(tmp_path / "o"),
                      "--table", "99"]) != 0
     assert "--table 99" in error_line(capsys.readouterr().err)
 
 
-def test_a_genome_without_genes_is_one_line(ckpt, write_fasta, tmp_path, capsys):
+def test_a_genome_without_genes_is_one_line(tiny_checkpoint, write_fasta, tmp_path, capsys):
     fasta = write_fasta({"polyA": "A" * 3000})
-    assert cli_main(["mutations", "--ckpt_path", str(ckpt), str(fasta), "--out", str(tmp_path / "o")]) != 0
+    assert cli_main(["mutations", "--ckpt_path", str(tiny_checkpoint), str(fasta), "--out", str(tmp_path / "o")]) != 0
     assert "no complete protein-coding genes" in error_line(capsys.readouterr().err)
 
 
@@ -148,9 +140,9 @@ def test_auroc_scores_lower_llr_as_more_damaging():
     assert summary["model"]["auroc"]["missense_vs_synonymous"] == 0.0
 
 
-def test_mutations_command_writes_every_output_on_lambda(ckpt, tmp_path, capsys):
+def test_mutations_command_writes_every_output_on_lambda(tiny_checkpoint, tmp_path, capsys):
     out = tmp_path / "bench"
-    assert cli_main(["mutations", "--ckpt_path", str(ckpt), str(LAMBDA), "--out", str(out), "--codons", "40",
+    assert cli_main(["mutations", "--ckpt_path", str(tiny_checkpoint), str(LAMBDA), "--out", str(out), "--codons", "40",
                      "--window", "64", "--device", "cpu", "--no-progress"]) == 0
     captured = capsys.readouterr()
     assert "| lambda_virus | model |" in captured.out and "SNVs" in captured.err
@@ -176,7 +168,7 @@ def test_mutations_command_writes_every_output_on_lambda(ckpt, tmp_path, capsys)
 
 
 @pytest.mark.slow
-def test_cpu_defaults_are_sized_to_about_a_minute(ckpt, tmp_path, capsys):
+def test_cpu_defaults_are_sized_to_about_a_minute(tiny_checkpoint, tmp_path, capsys):
     """Without --codons and --window a CPU run samples the CPU default of codons at short windows."""
     from biomoe.cli.mutations import CPU_CODONS, CPU_WINDOW
 

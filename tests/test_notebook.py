@@ -14,7 +14,7 @@ nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
 from biomoe.training.markov_baseline import MarkovBaseline  # noqa: E402
-from biomoe.model.config import ModelConfig, OptimConfig  # noqa: E402
+from biomoe.model.config import OptimConfig  # noqa: E402
 from biomoe.data.datamodule import GenomeDataModule  # noqa: E402
 from biomoe.training.module import BioMoEModule  # noqa: E402
 
@@ -22,11 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
+def tiny_run(tiny_config, tmp_path_factory) -> tuple[Path, Path]:
     out = tmp_path_factory.mktemp("nb")
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config()
     module = BioMoEModule(cfg, OptimConfig(lr=3e-3, warmup_steps=2), log_expert_load_every_n_steps=2)
     dm = GenomeDataModule(fasta=str(ROOT / "data/lambda_virus.fa.gz"), seq_length=128, batch_size=8)
     trainer = L.Trainer(accelerator="cpu", max_steps=8, val_check_interval=4, limit_val_batches=2,
@@ -71,5 +70,8 @@ def test_explore_notebook_executes(tiny_run, monkeypatch, tmp_path, with_gff):
     assert str(ckpt) in text  # it used the checkpoint it was given
     assert "llr" in text and "repeat_share" in text and "Markov:" in text
     assert "mixed_bits_per_base" in text  # section 5 found the run's training FASTA and scored it
-    assert ("coding_share" in text and "is coding (CDS)" in text) if with_gff else "coding vs non-coding: skipped" in text
+    if with_gff:
+        assert "coding_share" in text and "is coding (CDS)" in text
+    else:
+        assert "coding vs non-coding: skipped" in text
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 5

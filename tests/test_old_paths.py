@@ -51,7 +51,7 @@ def test_each_old_name_is_the_new_class_with_one_warning(old):
 def test_an_unknown_name_is_an_attribute_error_that_says_where_the_classes_went():
     module = _fresh("biomoe.callbacks")
     with pytest.raises(AttributeError, match=r"no attribute 'EMA' \(its classes moved to biomoe\.training\.callbacks"):
-        module.EMA
+        _ = module.EMA
     assert not hasattr(module, "NoSuchCallback")
 
 
@@ -112,3 +112,9 @@ def test_a_config_naming_old_paths_parses_with_one_warning_line_per_name(tmp_pat
         "biomoe.training.callbacks.RouterCollapseMonitor; update your config",
         "biomoe: warning: biomoe.baseline.MarkovBaseline is now biomoe.training.markov_baseline.MarkovBaseline; "
         "update your config"], err
+
+
+def test_the_old_paths_are_no_files_of_the_package():
+    """The package root holds no forwarding modules: the old paths are made when imported."""
+    assert not [old for old in OLD_PATHS if (ROOT / (old.replace(".", "/") + ".py")).exists()]
+    assert importlib.import_module("biomoe.callbacks").__spec__.origin is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from biomoe.bench.optimizer_step import contenders, measure
+from bench.optimizer_step import contenders, measure
 
 
 def test_every_optimizer_row_is_timed_after_the_bandwidth_reference():

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from biomoe import files
+from biomoe import files, output_set, temporaries
 from biomoe.cli.user_errors import classify
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ModelConfig
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------------- the mechanism itself
 def test_outputs_commit_together(tmp_path: Path) -> None:
     a, b = tmp_path / "x.tsv", tmp_path / "x.npz"
-    with files.commit_together([a, b]) as (ta, tb):
+    with output_set.commit_together([a, b]) as (ta, tb):
         ta.write_text("new a")
         tb.write_text("new b")
         assert not a.exists() and not b.exists()  # nothing appears before the block has written all
@@ -53,7 +53,7 @@ def test_a_failure_after_the_first_output_changes_none(tmp_path: Path, failure: 
     a.write_text("old a")
     b.write_text("old b")
     with pytest.raises((GenomeInputError, KeyboardInterrupt)) as caught:
-        with files.commit_together([a, b]) as outputs:
+        with output_set.commit_together([a, b]) as outputs:
             outputs.temp(a).write_text("new a")
             outputs.temp(b).write_text("half")
             raise failure
@@ -74,10 +74,10 @@ def test_a_rename_failing_midway_puts_the_earlier_outputs_back(tmp_path: Path, m
         return real_replace(src, dst)
 
     with pytest.raises(GenomeInputError):
-        with files.commit_together([a, b]) as (ta, tb):
+        with output_set.commit_together([a, b]) as (ta, tb):
             ta.write_text("new a")
             tb.write_text("new b")
-            monkeypatch.setattr(files.os, "replace", failing_replace)
+            monkeypatch.setattr(output_set.os, "replace", failing_replace)
     monkeypatch.undo()
     assert a.read_text() == "old a" and not b.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.tsv"]
@@ -87,12 +87,12 @@ def test_a_dropped_output_is_removed_only_on_commit(tmp_path: Path) -> None:
     results, sidecar = tmp_path / "r.tsv", tmp_path / "r.skipped.tsv"
     sidecar.write_text("stale")
     with pytest.raises(RuntimeError):
-        with files.commit_together([results, sidecar]) as outputs:
+        with output_set.commit_together([results, sidecar]) as outputs:
             outputs.temp(results).write_text("new")
             outputs.drop(sidecar)
             raise RuntimeError("scoring failed")
     assert sidecar.read_text() == "stale" and not results.exists()
-    with files.commit_together([results, sidecar]) as outputs:
+    with output_set.commit_together([results, sidecar]) as outputs:
         outputs.temp(results).write_text("new")
         outputs.drop(sidecar)
     assert results.read_text() == "new" and not sidecar.exists()
@@ -102,13 +102,13 @@ def test_temporaries_of_dead_processes_are_swept(tmp_path: Path) -> None:
     out = tmp_path / "e.npz"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = tmp_path / f".e.npz{files.TEMP_MARK}{dead.pid}-abc.rows.npy"
+    stale = tmp_path / f".e.npz{temporaries.TEMP_MARK}{dead.pid}-abc.rows.npy"
     stale.write_bytes(b"x" * 10)
-    live = tmp_path / f".e.npz{files.TEMP_MARK}{os.getppid()}-abc.tmp.npz"  # a process that still runs
+    live = tmp_path / f".e.npz{temporaries.TEMP_MARK}{os.getppid()}-abc.tmp.npz"  # a process that still runs
     live.write_bytes(b"y")
-    other = tmp_path / f".other.npz{files.TEMP_MARK}{dead.pid}-abc.tmp"  # another output's
+    other = tmp_path / f".other.npz{temporaries.TEMP_MARK}{dead.pid}-abc.tmp"  # another output's
     other.write_bytes(b"z")
-    assert files.sweep_stale_temps(out) == [stale]
+    assert temporaries.sweep_stale_temps(out) == [stale]
     assert live.exists() and other.exists() and not stale.exists()
 
 
@@ -249,7 +249,7 @@ def test_export_hf_under_a_file_size_limit_keeps_the_earlier_folder(tmp_path: Pa
     line = _one_error_line(failed)
     assert line.startswith(f"biomoe: error: {out / 'model.safetensors'}: cannot write output"), line
     assert _snapshot(out) == before
-    assert not [p for p in out.iterdir() if files.TEMP_MARK in p.name]
+    assert not [p for p in out.iterdir() if temporaries.TEMP_MARK in p.name]
 
 
 @pytest.mark.slow
@@ -283,14 +283,14 @@ def test_embed_killed_mid_write_leaves_the_earlier_output_and_the_rerun_sweeps(t
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
-        if [p for p in out.parent.iterdir() if files.TEMP_MARK in p.name]:  # writing rows has begun
+        if [p for p in out.parent.iterdir() if temporaries.TEMP_MARK in p.name]:  # writing rows has begun
             break
         time.sleep(0.05)
     time.sleep(0.5)
     assert proc.poll() is None, "the run ended before it could be killed mid-write"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    leftovers = [p for p in out.parent.iterdir() if files.TEMP_MARK in p.name]
+    leftovers = [p for p in out.parent.iterdir() if temporaries.TEMP_MARK in p.name]
     assert leftovers and out.read_bytes() == before  # killed: its scratch stays, the output is untouched
     rerun = _biomoe(["embed", tiny["ckpt"], tiny["fasta"], "--out", out, "--pool", "position", "--no-progress"])
     assert rerun.returncode == 0, rerun.stderr

@@ -13,7 +13,6 @@ from biomoe.inference.batching import Window, genome_windows, pack_windows
 from biomoe.inference.embed import EmbeddingLayout, embed_genome
 from biomoe.inference.score_fasta import score_genome
 from biomoe.inference.scoring import run_log_likelihood, sequence_log_likelihood
-from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
 from conftest import random_dna
 
@@ -23,10 +22,9 @@ LENGTHS = [150, 7, 33, 1, 60, 64, 12, 41, 25, 3, 90]  # short records, and long 
 
 
 @pytest.fixture(scope="module")
-def model() -> MoETransformer:
+def model(tiny_config) -> MoETransformer:
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32, init_std=0.3)
+    cfg = tiny_config(init_std=0.3)
     return MoETransformer(cfg).eval()
 
 

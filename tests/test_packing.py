@@ -129,7 +129,8 @@ def test_reverse_complement_flips_each_document_and_keeps_the_layout(mixed) -> N
             assert b["input_ids"][lo] == BOS_ID and torch.equal(b["input_ids"][lo + 1:hi], expected[:-1])
     assert some_mixed  # flips are decided per document, not per row
     again = _packed(mixed, rc_prob=0.5, seed=3)
-    assert all(np.array_equal(again.reverse_complemented(i), flipped.reverse_complemented(i)) for i in range(len(again)))
+    assert all(np.array_equal(again.reverse_complemented(i), flipped.reverse_complemented(i))
+               for i in range(len(again)))
     epoch0 = [flipped.reverse_complemented(i).tolist() for i in range(len(flipped))]
     flipped.set_epoch(1)
     assert [flipped.reverse_complemented(i).tolist() for i in range(len(flipped))] != epoch0

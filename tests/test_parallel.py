@@ -389,21 +389,24 @@ def _one_device_sharded(rank: int, world: int) -> None:
         torch.manual_seed(0)
         module = BioMoEModule(tiny_config(), OptimConfig(lr=1e-2, warmup_steps=1, max_steps=4),
                               log_expert_load_every_n_steps=0)
-        seen = []
 
         class Losses(L.Callback):
-            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-                seen.append(float(outputs["loss"]))
+            def __init__(self) -> None:
+                self.seen: list[float] = []
 
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                self.seen.append(float(outputs["loss"]))
+
+        recorder = Losses()
         strategy = ExpertParallelStrategy(shard_single_device=shard)
         trainer = L.Trainer(accelerator="cpu", devices=1, strategy=strategy, max_steps=4, logger=False,
                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                             num_sanity_val_steps=0, limit_val_batches=0, gradient_clip_val=1.0,
-                            callbacks=[Losses()])
+                            callbacks=[recorder])
         torch.manual_seed(1)
         trainer.fit(module, torch.utils.data.DataLoader(_TokenDataset(), batch_size=2))
         assert all(isinstance(p, DTensor) for p in module.model.parameters()) == shard
-        losses[shard] = seen
+        losses[shard] = recorder.seen
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
 
 

@@ -23,17 +23,8 @@ from conftest import random_dna, save_checkpoint
 TOK = NucleotideTokenizer()
 
 
-@pytest.fixture
-def ckpt(tmp_path):
-    torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32, init_std=0.3)  # large init: outputs depend visibly on context
-    model = MoETransformer(cfg)
-    return save_checkpoint(tmp_path / "tiny.ckpt", model, cfg)
-
-
-def test_per_base_scores_match_the_training_loss_and_are_causal(ckpt):
-    model = load_model(ckpt)
+def test_per_base_scores_match_the_training_loss_and_are_causal(tiny_checkpoint):
+    model = load_model(tiny_checkpoint)
     seq = random_dna(200, seed=1)
     seq = seq[:50] + "NN" + seq[52:]
     (scores,) = sequence_log_likelihood(model, [seq])
@@ -49,9 +40,9 @@ def test_per_base_scores_match_the_training_loss_and_are_causal(ckpt):
     assert np.abs(after[121:] - scores[121:]).max() > 1e-4
 
 
-def test_score_fasta_writes_table_and_per_base_arrays(ckpt, write_fasta, tmp_path):
+def test_score_fasta_writes_table_and_per_base_arrays(tiny_checkpoint, write_fasta, tmp_path):
     fasta = write_fasta({"one": random_dna(300, 2), "two": random_dna(90, 3) + "NNNNNNNNNN"})
-    assert cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(tmp_path / "s"),
+    assert cli_main(["score-fasta", str(tiny_checkpoint), str(fasta), "--out", str(tmp_path / "s"),
                      "--window", "128", "--per-base"]) == 0
     lines = (tmp_path / "s.tsv").read_text().splitlines()
     assert lines[0].split("\t")[:3] == ["contig", "length", "scored_bases"]
@@ -63,10 +54,10 @@ def test_score_fasta_writes_table_and_per_base_arrays(ckpt, write_fasta, tmp_pat
     assert bits == pytest.approx(-np.nansum(arrays["two"]) / math.log(2) / 90, rel=1e-4) and bits > 0
 
 
-def test_variant_llr_is_alt_minus_ref_over_a_centred_window(ckpt, write_fasta):
+def test_variant_llr_is_alt_minus_ref_over_a_centred_window(tiny_checkpoint, write_fasta):
     seq = random_dna(400, seed=4)
     genome = Genome(write_fasta({"chr": seq}))
-    model = load_model(ckpt)
+    model = load_model(tiny_checkpoint)
     pos = 200  # 1-based
     alt = "A" if seq[pos - 1] != "A" else "G"
     edge = "C" if seq[4] != "C" else "T"
@@ -80,7 +71,7 @@ def test_variant_llr_is_alt_minus_ref_over_a_centred_window(ckpt, write_fasta):
     assert abs(rows[0]["llr"]) > 1e-3
 
 
-def test_substitution_longer_than_the_window_is_refused(ckpt, write_fasta):
+def test_substitution_longer_than_the_window_is_refused(tiny_checkpoint, write_fasta):
     """A window shorter than the allele cannot hold it; scoring it anyway compared windows of
     different lengths (a silently wrong llr)."""
     seq = random_dna(200, seed=6)
@@ -88,17 +79,17 @@ def test_substitution_longer_than_the_window_is_refused(ckpt, write_fasta):
     ref = seq[99:105]
     alt = "".join("A" if b != "A" else "C" for b in ref)
     with pytest.raises(GenomeInputError, match="do not fit"):
-        score_variants(load_model(ckpt), genome, [Variant("chr", 100, ref, alt)], window=4)
+        score_variants(load_model(tiny_checkpoint), genome, [Variant("chr", 100, ref, alt)], window=4)
 
 
-def test_variant_table_cli_and_reference_mismatch_error(ckpt, write_fasta, tmp_path, capsys):
+def test_variant_table_cli_and_reference_mismatch_error(tiny_checkpoint, write_fasta, tmp_path, capsys):
     seq = random_dna(300, seed=5)
     fasta = write_fasta({"chr": seq})
     table = tmp_path / "v.tsv"
     wrong = "A" if seq[99] != "A" else "C"
     alt = "G" if seq[9] != "G" else "T"
     table.write_text(f"contig\tposition\tref\talt\nchr\t10\t{seq[9]}\t{alt}\n")
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table),
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(table),
                      "--out", str(tmp_path / "o.tsv"), "--window", "64"]) == 0
     out = (tmp_path / "o.tsv").read_text().splitlines()
     assert out[0].split("\t") == ["contig", "position", "id", "ref", "alt", "window_start", "logp_ref", "logp_alt",
@@ -106,7 +97,7 @@ def test_variant_table_cli_and_reference_mismatch_error(ckpt, write_fasta, tmp_p
     assert len(out) == 2 and out[1].startswith(f"chr\t10\t.\t{seq[9]}\t{alt}\t0\t")  # no id column: '.'
     capsys.readouterr()  # the successful run's progress bar
     table.write_text(f"chr\t10\t{seq[9]}\t{alt}\nchr\t100\t{wrong}\tT\n")
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table),
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(table),
                      "--out", str(tmp_path / "o2.tsv")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"chr:100 {wrong}>T" in err and "does not match" in err
@@ -121,12 +112,12 @@ def test_variant_table_cli_and_reference_mismatch_error(ckpt, write_fasta, tmp_p
     (b"\x1f\x8b\x08\x00garbage", "gzip-compressed"),
     (b"chr\t1\xc2\xb2\tA\tC\n", "position must be a 1-based integer"),  # '1²' passes str.isdigit
 ])
-def test_bad_variant_tables_are_one_line_errors(ckpt, write_fasta, tmp_path, capsys, content, match):
+def test_bad_variant_tables_are_one_line_errors(tiny_checkpoint, write_fasta, tmp_path, capsys, content, match):
     fasta = write_fasta({"chr": random_dna(300, seed=5)})
     table = tmp_path / "v.tsv"
     if content is not None:
         table.write_bytes(content)
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table),
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(table),
                      "--out", str(tmp_path / "o.tsv")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"biomoe: error: {table}: ") and match in err, err
@@ -143,19 +134,19 @@ def test_variant_table_with_bom_and_crlf_is_read(tmp_path):
     assert read_variants(table) == [Variant("chr", 5, "A", "G")]
 
 
-def test_variant_table_folder_is_an_error(ckpt, write_fasta, tmp_path, capsys):
+def test_variant_table_folder_is_an_error(tiny_checkpoint, write_fasta, tmp_path, capsys):
     fasta = write_fasta({"chr": random_dna(300, seed=5)})
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(tmp_path),
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(tmp_path),
                      "--out", str(tmp_path / "o.tsv")]) == 2
     assert "is a folder" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind", ["fasta", "truncated", "no_state_dict"])
-def test_bad_checkpoint_files_are_one_line_errors(ckpt, write_fasta, tmp_path, capsys, kind):
+def test_bad_checkpoint_files_are_one_line_errors(tiny_checkpoint, write_fasta, tmp_path, capsys, kind):
     fasta = write_fasta({"chr": random_dna(300, seed=5)})
     bad = {"fasta": fasta, "truncated": tmp_path / "cut.ckpt", "no_state_dict": tmp_path / "other.ckpt"}[kind]
     if kind == "truncated":
-        bad.write_bytes(ckpt.read_bytes()[:1000])
+        bad.write_bytes(tiny_checkpoint.read_bytes()[:1000])
     elif kind == "no_state_dict":
         torch.save({"weights": torch.zeros(2)}, bad)
     assert cli_main(["score-fasta", str(bad), str(fasta), "--out", str(tmp_path / "s")]) == 2
@@ -165,18 +156,18 @@ def test_bad_checkpoint_files_are_one_line_errors(ckpt, write_fasta, tmp_path, c
 
 
 @pytest.mark.parametrize("option", ["--window", "--batch-size"])
-def test_score_fasta_rejects_non_positive_sizes(ckpt, write_fasta, tmp_path, capsys, option):
+def test_score_fasta_rejects_non_positive_sizes(tiny_checkpoint, write_fasta, tmp_path, capsys, option):
     fasta = write_fasta({"chr": random_dna(300, seed=5)})
-    code = cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(tmp_path / "s"), option, "0"])
+    code = cli_main(["score-fasta", str(tiny_checkpoint), str(fasta), "--out", str(tmp_path / "s"), option, "0"])
     err = capsys.readouterr().err
     assert code == 2 and "expected a positive integer" in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_unwritable_output_is_one_line(ckpt, write_fasta, tmp_path, capsys):
+def test_unwritable_output_is_one_line(tiny_checkpoint, write_fasta, tmp_path, capsys):
     fasta = write_fasta({"chr": random_dna(300, seed=5)})
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(blocker / "s")]) == 2
+    assert cli_main(["score-fasta", str(tiny_checkpoint), str(fasta), "--out", str(blocker / "s")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot write output" in err
 
@@ -219,19 +210,20 @@ def test_score_fasta_with_the_repeat_expert_uses_only_the_checkpoints_training_s
     assert whole["heldout"] < 0.5 * alone["heldout"] and whole["novel"] == pytest.approx(alone["novel"], rel=1e-5)
 
 
-def test_repeat_expert_without_training_fasta_is_a_one_line_error(ckpt, write_fasta, tmp_path, capsys):
+def test_repeat_expert_without_training_fasta_is_a_one_line_error(tiny_checkpoint, tiny_config, write_fasta, tmp_path,
+                                                                  capsys):
     fasta = write_fasta({"chr": random_dna(300, seed=5)})
-    assert cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(tmp_path / "s"), "--repeat-expert"]) == 2
+    assert cli_main(["score-fasta", str(tiny_checkpoint), str(fasta), "--out", str(tmp_path / "s"),
+                     "--repeat-expert"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "records no training FASTA" in err and str(ckpt) in err
-    moved = save_checkpoint(tmp_path / "moved.ckpt", load_model(ckpt), ModelConfig(
-        hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2, ffn_hidden_size=32),
-        data={"fasta": [str(tmp_path / "gone.fa")], "val_fraction": 0.1})
+    assert len(err.splitlines()) == 1 and "records no training FASTA" in err and str(tiny_checkpoint) in err
+    moved = save_checkpoint(tmp_path / "moved.ckpt", load_model(tiny_checkpoint), tiny_config(),
+                            data={"fasta": [str(tmp_path / "gone.fa")], "val_fraction": 0.1})
     assert cli_main(["score-fasta", str(moved), str(fasta), "--out", str(tmp_path / "s"), "--repeat-expert"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "gone.fa" in err and "--repeat-fasta" in err
     only_n = write_fasta({"gap": "N" * 500}, name="gap.fa")
-    assert cli_main(["score-fasta", str(ckpt), str(fasta), "--out", str(tmp_path / "s"), "--repeat-fasta",
+    assert cli_main(["score-fasta", str(tiny_checkpoint), str(fasta), "--out", str(tmp_path / "s"), "--repeat-fasta",
                      str(only_n)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "gap.fa" in err and "repeat expert would be empty" in err

@@ -1,5 +1,5 @@
-"""Long commands show progress: score-fasta on stderr, predict through Lightning's bar unless the config turns it off (generate, embed and
-score-variants are checked in their own tests)."""
+"""Long commands show progress: score-fasta on stderr, predict through Lightning's bar unless the config turns it off
+(generate, embed and score-variants are checked in their own tests)."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from types import SimpleNamespace
 
 import torch
@@ -55,3 +56,44 @@ def test_lines_when_the_bar_draws_into_a_file(monkeypatch):
 
 def test_durations_read_as_clock_time():
     assert format_duration(59.6) == "1:00" and format_duration(3725) == "1:02:05"
+
+
+def test_a_step_that_runs_long_says_so_while_it_runs(monkeypatch):
+    # a GPU recipe's first step on a CPU took 11 minutes with nothing printed: lines come while it runs
+    clock = iter([0.0, 1.0, 12.0, 25.0])
+    monkeypatch.setattr("biomoe.cli.run.progress_lines.time.perf_counter", lambda: next(clock))
+    callback = ProgressLines(interval_s=10, stream=io.StringIO())
+    callback.on_train_start(fake_trainer(0), None)  # 0 s
+    callback.on_train_batch_start(fake_trainer(0), None, {}, 0)  # step 1 starts at 1 s
+    assert callback.waiting_line(5.0) is None  # not yet due
+    assert callback.waiting_line(12.0) == "fit: step 1/100 running, 0:11 so far, 0:12 elapsed"
+
+
+def test_a_long_validation_counts_its_batches():
+    callback = ProgressLines(interval_s=10, stream=io.StringIO())
+    trainer = SimpleNamespace(**vars(fake_trainer(5)), sanity_checking=False, num_val_batches=[40])
+    callback._last = 0.0
+    callback.on_validation_start(trainer, None)
+    for index in range(2):
+        callback.on_validation_batch_end(trainer, None, None, {}, index)
+    line = callback.waiting_line(callback._phase_since + 30)
+    assert line.startswith("fit: validation after step 5, batch 3/40 running, 0:30 so far")
+    callback.on_validation_end(trainer, None)
+    assert callback.waiting_line(callback._phase_since + 30) is None  # nothing running that is worth a line
+
+
+def test_the_lines_come_from_a_thread_that_ends_with_the_run():
+    out = io.StringIO()
+    callback = ProgressLines(interval_s=0.05, stream=out)
+    callback.on_fit_start(fake_trainer(0), None)
+    callback.on_train_start(fake_trainer(0), None)
+    callback.on_train_batch_start(fake_trainer(0), None, {}, 0)
+    deadline = time.monotonic() + 5
+    while "fit: step 1/100 running" not in out.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    callback.on_fit_end(fake_trainer(0), None)
+    assert "fit: step 1/100 running" in out.getvalue()
+    assert callback._thread is None
+    printed = out.getvalue()
+    time.sleep(0.2)
+    assert out.getvalue() == printed  # nothing after the run ended

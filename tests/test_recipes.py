@@ -93,7 +93,8 @@ def test_recipes_copy_writes_the_recipe_and_never_overwrites(tmp_path, monkeypat
 def test_recipes_copy_onto_an_existing_file_names_the_destination_as_it_was_given(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.yaml").write_text("mine\n")
-    for argv, hint in ((["tiny", "tiny.yaml"], "give another DEST"), (["tiny", "--out", "tiny.yaml"], "give another --out"),
+    for argv, hint in ((["tiny", "tiny.yaml"], "give another DEST"),
+                       (["tiny", "--out", "tiny.yaml"], "give another --out"),
                        (["tiny"], "give a DEST")):
         assert main(["recipes", "copy", *argv]) == 2
         err = capsys.readouterr().err.strip()
@@ -122,6 +123,9 @@ def test_every_package_is_listed_for_the_wheel():
     listed = set(setuptools["packages"])
     found = set(find_packages(str(ROOT), include=["biomoe*"]))
     assert found <= listed, f"add to pyproject.toml [tool.setuptools] packages: {sorted(found - listed)}"
+    # A listed package whose folder is gone (moved or deleted) stops the wheel from building.
+    stale = listed - found - set(setuptools["package-dir"])
+    assert not stale, f"remove from pyproject.toml [tool.setuptools] packages: {sorted(stale)}"
     assert setuptools["package-dir"] == {"biomoe.recipes": "configs"}
 
 
@@ -194,7 +198,7 @@ def test_the_wheel_carries_the_recipes_and_they_run_outside_the_repository(tmp_p
     for name in ("pyproject.toml", "README.md"):
         (source / name).write_bytes((ROOT / name).read_bytes())
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("biomoe", "configs"):
+    for folder in ("biomoe", "configs", "bench"):  # bench/ is beside the package, and must stay out of the wheel
         shutil.copytree(ROOT / folder, source / folder, ignore=ignore)
     wheels = tmp_path / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
@@ -204,6 +208,7 @@ def test_the_wheel_carries_the_recipes_and_they_run_outside_the_repository(tmp_p
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in CONFIGS:
         assert f"biomoe/recipes/{name}.yaml" in names, name
+    assert not [n for n in names if n.startswith(("bench/", "biomoe/bench/"))], "the benchmark is in the wheel"
     target = tmp_path / "site"
     subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, timeout=300)
 

@@ -88,9 +88,8 @@ def test_guard_refuses_to_write_checkpoint_with_nonfinite_weights() -> None:
         NonFiniteGuard().on_save_checkpoint(trainer, None, bad)
 
 
-def test_router_collapse_warns_once_naming_layer_and_expert(tmp_path: Path) -> None:
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32, router_bias_update_rate=1e-12)
+def test_router_collapse_warns_once_naming_layer_and_expert(tiny_config, tmp_path: Path) -> None:
+    cfg = tiny_config(router_bias_update_rate=1e-12)
     torch.manual_seed(0)
     module = BioMoEModule(cfg, OptimConfig(lr=1e-6, warmup_steps=2, max_steps=4))  # routing ~frozen
     module.configure_model()
@@ -133,15 +132,14 @@ def test_router_collapse_checks_once_per_optimizer_step_under_gradient_accumulat
 
 
 @pytest.mark.slow
-def test_router_collapse_hooks_stay_eager_inside_compiled_blocks(caplog: pytest.LogCaptureFixture) -> None:
+def test_router_collapse_hooks_stay_eager_inside_compiled_blocks(tiny_config, caplog: pytest.LogCaptureFixture) -> None:
     """Traced by torch.compile, the monitor's per-layer hooks recompiled every block until torch's
     recompile limit; they must count routed tokens without adding a compilation per layer."""
     import logging
 
     from biomoe.model.transformer import MoETransformer
 
-    cfg = ModelConfig(hidden_size=32, num_layers=10, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config(num_layers=10)
     torch.manual_seed(0)
     model = MoETransformer(cfg).train()
     for block in model.blocks:

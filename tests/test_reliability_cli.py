@@ -68,8 +68,9 @@ def _fit_args(fasta: Path, tmp_path: Path) -> list[str]:
             "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.logger", "false"]
 
 
-@pytest.mark.parametrize("case", [c if i == 0 else pytest.param(c, marks=pytest.mark.slow)  # the first case in `make test`,
-                                  for i, c in enumerate(CASES)])  # the rest in `make test-slow`
+# the first case runs in `make test`, the rest in `make test-slow`
+@pytest.mark.parametrize("case", [c if i == 0 else pytest.param(c, marks=pytest.mark.slow)
+                                  for i, c in enumerate(CASES)])
 def test_bad_fasta_in_process(tmp_path: Path, capsys, case: str) -> None:
     path = _bad_file(tmp_path, case)
     packing = ["--data.packing", "false"] if case == "too_short" else []  # packed rows take short contigs

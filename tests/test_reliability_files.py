@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from biomoe import files
+from biomoe import files, output_checks
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
@@ -54,21 +54,22 @@ def test_same_file_through_symlink_and_hardlink(tmp_path: Path) -> None:
     os.link(real, hard)
     other = tmp_path / "other.fa"
     other.write_text(">a\nACGT\n")  # same content, different file
-    assert files.same_file(real, link) and files.same_file(real, hard) and files.same_file(link, hard)
-    assert files.same_file(real, tmp_path / "." / "genome.fa")
-    assert not files.same_file(real, other)
-    assert not files.same_file(real, tmp_path / "missing.fa")
+    same = output_checks.same_file
+    assert same(real, link) and same(real, hard) and same(link, hard)
+    assert same(real, tmp_path / "." / "genome.fa")
+    assert not same(real, other)
+    assert not same(real, tmp_path / "missing.fa")
     for alias in (link, hard, tmp_path / "sub" / ".." / "genome.fa"):
         with pytest.raises(GenomeInputError, match="is also an input"):
-            files.check_not_input(alias, [real])
-    files.check_not_input(other, [real])
+            output_checks.check_not_input(alias, [real])
+    output_checks.check_not_input(other, [real])
 
 
 def test_atomic_write_refuses_registered_inputs(tmp_path: Path) -> None:
     source = tmp_path / "in.fa"
     source.write_text(">a\nACGT\n")
-    with files.input_scope():
-        files.protect_inputs([tmp_path])  # a folder protects the files in it
+    with output_checks.input_scope():
+        output_checks.protect_inputs([tmp_path])  # a folder protects the files in it
         with pytest.raises(GenomeInputError, match="is also an input"):
             files.write_text(tmp_path / "in.fa", "x")
         with pytest.raises(GenomeInputError, match="is also an input"):
@@ -190,7 +191,7 @@ def test_no_command_writes_over_an_input(inputs: dict[str, Path], tmp_path: Path
     os.link(inputs["ckpt"], hf_dir / "model.safetensors")
     (hf_dir / "config.json").write_text("{}")
     protected = [inputs["fasta"], inputs["variants"], inputs["ckpt"], hf_dir / "config.json"]
-    for name, (argv, named) in commands.items():
+    for name, (argv, _) in commands.items():
         before = _snapshot(protected)
         assert main(argv) == 2, name
         line = _error_line(capsys.readouterr().err)
@@ -270,7 +271,7 @@ def test_import_hf_cut_off_mid_write_keeps_the_previous_checkpoint(inputs: dict[
 ])
 def test_user_text_files_are_refused_in_one_line_naming_the_problem(raw, problem):
     from biomoe.errors import GenomeInputError
-    from biomoe.files import decode_user_text
+    from biomoe.user_text import decode_user_text
 
     with pytest.raises(GenomeInputError) as info:
         decode_user_text(raw, "run.yaml", "a YAML config")
@@ -278,7 +279,7 @@ def test_user_text_files_are_refused_in_one_line_naming_the_problem(raw, problem
 
 
 def test_user_text_drops_a_spreadsheet_byte_order_mark():
-    from biomoe.files import decode_user_text
+    from biomoe.user_text import decode_user_text
 
     assert decode_user_text("\ufeffchr\t10\tA\tC\n".encode("utf-8"), "v.tsv", "a text table") == "chr\t10\tA\tC\n"
 

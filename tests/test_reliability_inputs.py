@@ -197,16 +197,14 @@ def test_a_protein_fasta_is_named_as_protein(tmp_path):
 
 
 @pytest.fixture
-def trained_at_64(tmp_path):
+def trained_at_64(tiny_config, tmp_path):
     import torch
 
-    from biomoe.model.config import ModelConfig
     from biomoe.model.transformer import MoETransformer
     from conftest import save_checkpoint
 
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config(num_layers=1)
     return save_checkpoint(tmp_path / "m.ckpt", MoETransformer(cfg), cfg, data={"seq_length": 64})
 
 

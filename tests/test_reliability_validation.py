@@ -87,8 +87,9 @@ CLI_CASES = [case for case in BAD_VALUES if " ".join(case[0]) in THROUGH_THE_CLI
 DIRECT_CASES = [case for case in BAD_VALUES if case not in CLI_CASES]
 
 
+# the first case runs in `make test`, the rest in `make test-slow`
 @pytest.mark.parametrize("args, expected", [case if i == 0 else pytest.param(*case, marks=pytest.mark.slow)
-                                            for i, case in enumerate(CLI_CASES)],  # first case: make test; rest: test-slow
+                                            for i, case in enumerate(CLI_CASES)],
                          ids=[" ".join(a) for a, _ in CLI_CASES])
 def test_bad_value_is_one_line_naming_the_key(tmp_path: Path, capsys, args: list[str], expected: str) -> None:
     assert main(_fit(tmp_path, *args)) == 2

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from biomoe.cli.main import main
-from biomoe.model.config import ConfigError, ModelConfig
+from biomoe.model.config import ConfigError
 from biomoe.model.transformer import MoETransformer
 from biomoe.genomics.repeat_expert import RepeatTable, default_k, mixture_log_likelihood
 from biomoe.data.tokenizer import A_ID, NucleotideTokenizer
@@ -161,7 +161,7 @@ def test_copy_expert_stops_where_the_training_strand_ends():
     assert copies[0, 50:].sum() == 0  # nothing is copied from beyond the strand's last base
 
 
-def test_repeat_mix_cli_with_markov_and_checkpoint(write_fasta, tmp_path, capsys):
+def test_repeat_mix_cli_with_markov_and_checkpoint(tiny_config, write_fasta, tmp_path, capsys):
     unit = random_dna(400, 6)
     genome = random_dna(3000, 7) + unit + random_dna(2000, 8) + unit + random_dna(1500, 9)
     fasta = write_fasta({"chr": genome + unit + random_dna(700, 10)})
@@ -176,8 +176,7 @@ def test_repeat_mix_cli_with_markov_and_checkpoint(write_fasta, tmp_path, capsys
     assert "with the repeat expert" in capsys.readouterr().out
 
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config()
     ckpt = save_checkpoint(tmp_path / "tiny.ckpt", MoETransformer(cfg), cfg)
     out = tmp_path / "ckpt.json"
     assert main(["repeat-mix", str(fasta), "--seq-length", "256", "--val-fraction", "0.15",
@@ -187,7 +186,7 @@ def test_repeat_mix_cli_with_markov_and_checkpoint(write_fasta, tmp_path, capsys
     assert r2["mixed_bits_per_base"] < r2["base_bits_per_base"]
 
 
-def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
+def test_validation_callback_logs_what_repeat_mix_scores(tiny_config, write_fasta, tmp_path):
     """The callback's number is the CLI scorer's on the same weights, windows and positions, and
     it lands in the logged metrics next to the network's own bits/base."""
     import lightning as L
@@ -203,8 +202,7 @@ def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
     dm = GenomeDataModule(fasta=str(fasta), seq_length=128, batch_size=4, val_fraction=0.15, rc_prob=0.0,
                           cache_dir=str(tmp_path / "cache"))
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config()
     module = BioMoEModule(cfg, OptimConfig(), log_expert_load_every_n_steps=0)
     callback = RepeatMixture(k=10, follow_copies=True)
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
@@ -215,7 +213,8 @@ def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
 
     def log_probs(batch):
         with torch.no_grad():
-            return torch.log_softmax(module.model(batch["input_ids"], position_ids=batch.get("position_ids")).logits.float(), -1)
+            logits = module.model(batch["input_ids"], position_ids=batch.get("position_ids")).logits
+            return torch.log_softmax(logits.float(), -1)
 
     expected = score(dm, log_probs, callback.table, callback.switch, callback.smoothing, batch_size=4,
                      per_window=True)
@@ -232,7 +231,7 @@ def test_validation_callback_logs_what_repeat_mix_scores(write_fasta, tmp_path):
     assert followed["repeat_positions"] == expected["repeat_positions"]  # the fraction counts exact matches
 
 
-def test_callback_refuses_an_oversized_genome_before_training(write_fasta, tmp_path, monkeypatch):
+def test_callback_refuses_an_oversized_genome_before_training(tiny_config, write_fasta, tmp_path, monkeypatch):
     """The table is fitted in ``setup``: a training split over the expert's limit stops ``fit``
     before its first step, not at its first validation hours later."""
     import lightning as L
@@ -246,8 +245,7 @@ def test_callback_refuses_an_oversized_genome_before_training(write_fasta, tmp_p
     monkeypatch.setattr(biomoe.genomics.repeat_expert, "MAX_TRAINING_BASES", 1000)
     fasta = write_fasta({"chr": random_dna(3000, 21)})
     dm = GenomeDataModule(fasta=str(fasta), seq_length=128, batch_size=4, cache_dir=str(tmp_path / "cache"))
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config()
     module = BioMoEModule(cfg, OptimConfig(), log_expert_load_every_n_steps=0)
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=50, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, enable_checkpointing=False, callbacks=[RepeatMixture()])

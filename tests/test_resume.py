@@ -166,7 +166,8 @@ def test_lightning_distributed_sampler_injection_keeps_resumable_batches(tmp_pat
 def test_ctrl_c_mid_fit_is_exit_130_in_one_line(tmp_path: Path) -> None:
     """Ctrl-C is the user's stop, not a scheduler's: exit 130, one line, no traceback."""
     cfg = tmp_path / "run.yaml"
-    cfg.write_text(RUN_YAML.format(checkpoint=SAVE_LAST, record=tmp_path / "r.jsonl", fasta=ROOT / "data/lambda_virus.fa.gz"))
+    cfg.write_text(RUN_YAML.format(checkpoint=SAVE_LAST, record=tmp_path / "r.jsonl",
+                                   fasta=ROOT / "data/lambda_virus.fa.gz"))
     result = subprocess.run([sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(ROOT / "configs/tiny.yaml"),
                              "--config", str(cfg), "--trainer.default_root_dir", str(tmp_path / "run"),
                              "--trainer.callbacks+", "helpers.signals.SignalAtStep", "--trainer.callbacks.step", "3",
@@ -176,3 +177,35 @@ def test_ctrl_c_mid_fit_is_exit_130_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 130, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and "stopped by SIGTERM" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("biomoe: error: interrupted (Ctrl-C)")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_validation_saves_the_steps_so_far_and_resumes_bit_exactly(tmp_path: Path) -> None:
+    """A Ctrl-C while the validation after step 7 runs (the EMA's average in the module) writes
+    last.ckpt of step 7 and names the command that resumes it; that run then trains as if never
+    stopped."""
+    ema = ["--trainer.callbacks+", "biomoe.training.ema.EMAWeightAveraging"]
+    full = _fit(tmp_path, "full", *ema)
+    record = tmp_path / "stopped.jsonl"
+    cfg = tmp_path / "stopped.yaml"
+    cfg.write_text(RUN_YAML.format(checkpoint=SAVE_LAST, record=record, fasta=ROOT / "data/lambda_virus.fa.gz"))
+    command = [sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(ROOT / "configs/tiny.yaml"),
+               "--config", str(cfg), "--trainer.default_root_dir", str(tmp_path / "stopped"), *ema]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    stopped = subprocess.run([*command, "--trainer.callbacks+", "helpers.signals.SignalDuringValidation",
+                              "--trainer.callbacks.step", "7"], env=env, capture_output=True, text=True, timeout=600)
+    assert stopped.returncode == 130, stopped.stderr[-2000:]
+    last_line = stopped.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("biomoe: error: interrupted (Ctrl-C) at step 7; saved: "), last_line
+    saved = Path(last_line.split("saved: ", 1)[1].split(" (step", 1)[0])
+    assert saved.name == "last.ckpt" and "(step 7); resume with: " in last_line and "--ckpt_path" in last_line
+    assert torch.load(saved, weights_only=True)["global_step"] == 7
+
+    resumed = subprocess.run([*command, "--ckpt_path", str(saved)], env=env, capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 21))
+    for row, expected in zip(rows, full):
+        for key in ("batch", "loss", "bias", "rng"):
+            assert row[key] == expected[key], f"step {row['step']}: {key} differs from the uninterrupted run"

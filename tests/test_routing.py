@@ -111,7 +111,7 @@ def test_routing_command_writes_fractions_summary_and_figure(inputs, model, tmp_
     assert report["species"] == {"ecoli": ["ecoli_a", "ecoli_b"], "saureus": ["saureus_col"]}
     # ecoli_b: 300 bases then 200 N, so windows from its last 200 bases are mostly N and skipped
     assert report["genomes"]["ecoli_b"]["skipped_windows"] > 0
-    for label, genome in report["genomes"].items():
+    for genome in report["genomes"].values():
         assert genome["windows"] + genome["skipped_windows"] == WINDOWS
         for layer in map(str, MOE_LAYERS):
             assert sum(genome["counts"][layer]) == genome["windows"] * SEQ * TOP_K == genome["assignments"]
@@ -135,7 +135,7 @@ def test_counts_are_those_of_the_evenly_spread_windows(inputs, model, tmp_path):
     out = tmp_path / "routing.json"
     assert run(ckpt, fastas[2:], out, "--no_plot") == 0
     assert not out.with_suffix(".png").exists()
-    seq = "".join(l.strip() for l in fastas[2].read_text().splitlines()[1:])
+    seq = "".join(line.strip() for line in fastas[2].read_text().splitlines()[1:])
     ids = torch.tensor([[BOS_ID, *TOK.encode(seq[s:s + SEQ])]
                         for _, s in window_starts([len(seq)], SEQ, WINDOWS)])
     expected = direct_topk_counts(model, ids)

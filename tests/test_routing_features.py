@@ -220,7 +220,7 @@ def test_routing_features_command_writes_classes_both_figures_and_redraws_them(i
                 if group in ("region", "window_gc"):  # every assignment of the genome, per expert
                     np.testing.assert_array_equal(counts.sum(axis=1), genome["counts"][layer])
     for layer in map(str, MOE_LAYERS):
-        for group, table in features["per_layer"][layer].items():
+        for table in features["per_layer"][layer].values():
             counts = np.array(table["counts"], dtype=float)
             share = counts.sum(axis=0) / counts.sum()
             assert table["share"] == pytest.approx(share.tolist())

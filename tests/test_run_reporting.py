@@ -58,8 +58,10 @@ def test_validate_scores_the_checkpoints_data_without_repeating_it(fitted_on_str
     assert code == 0
     err = capsys.readouterr().err
     line = next(line for line in err.splitlines() if "checkpoint's data settings" in line)
-    assert "data.fasta=" in line and "a.fa" in line and "data.test_files=b, c" in line and "data.val_fraction=0.2" in line
-    assert csv_values(tmp_path, "val/bits_per_base") == pytest.approx(csv_values(out, "val/bits_per_base")[-1:], rel=1e-5)
+    assert "data.fasta=" in line and "a.fa" in line
+    assert "data.test_files=b, c" in line and "data.val_fraction=0.2" in line
+    assert csv_values(tmp_path, "val/bits_per_base") == pytest.approx(csv_values(out, "val/bits_per_base")[-1:],
+                                                                      rel=1e-5)
 
 
 def test_command_line_data_settings_win_over_the_checkpoints(fitted_on_strains, three_strains, tmp_path, capsys):
@@ -154,7 +156,8 @@ def test_a_resumed_step_based_epoch_counts_its_earlier_batches_in_the_bar_total(
 
     def trainer(global_step: int, done: int, max_steps: int = 110, batches: int = 600):
         progress = SimpleNamespace(current=SimpleNamespace(ready=done))
-        return SimpleNamespace(max_epochs=-1, max_steps=max_steps, global_step=global_step, num_training_batches=batches,
+        return SimpleNamespace(max_epochs=-1, max_steps=max_steps, global_step=global_step,
+                               num_training_batches=batches,
                                fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress)))
 
     bar = StepProgressBar()

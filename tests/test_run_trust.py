@@ -185,7 +185,8 @@ def _fit(root: Path, *extra: str) -> subprocess.CompletedProcess:
     command = [sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(ROOT / "configs/tiny.yaml"),
                "--data.fasta", str(LAMBDA), "--data.cache_dir", str(root.parent / "cache"),
                "--data.max_train_windows", "32", "--trainer.limit_val_batches", "1", "--trainer.val_check_interval",
-               "3", "--trainer.log_every_n_steps", "1", "--trainer.enable_model_summary", "false", "--trainer.default_root_dir", str(root), *extra]
+               "3", "--trainer.log_every_n_steps", "1", "--trainer.enable_model_summary", "false",
+               "--trainer.default_root_dir", str(root), *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=root.parent,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
 

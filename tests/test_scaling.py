@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from biomoe.bench import scaling
+from bench import scaling
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -309,14 +309,14 @@ def test_a_failed_rerun_does_not_leave_the_previous_result_behind(tmp_path, monk
 
 @pytest.mark.slow
 def test_sigterm_to_the_runner_takes_the_fit_with_it(tmp_path):
-    """``timeout 300 python -m biomoe.bench.scaling ...`` signals the runner's process group; the
+    """``timeout 300 python -m bench.scaling ...`` signals the runner's process group; the
     fit runs in its own, so the runner must pass the end on rather than die alone."""
     import signal
     import subprocess
     import sys
 
     pids = _fake_ranks(tmp_path)
-    script = (f"from pathlib import Path\nfrom biomoe.bench import scaling\n"
+    script = (f"from pathlib import Path\nfrom bench import scaling\n"
               f"scaling.ROOT = Path({str(tmp_path / 'root')!r})\n"
               f"scaling.fit({{}}, Path({str(tmp_path / 'run')!r}), timeout_s=60)\n")
     runner = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)

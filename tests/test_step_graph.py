@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from biomoe.bench.run import BenchContext, Row, measure
-from biomoe.bench.shapes import parse_case
+from bench.run import BenchContext, Row, measure
+from bench.shapes import parse_case
 from biomoe.training.step_graph import GraphedStep, set_learning_rates
 
 CPU = torch.device("cpu")

@@ -4,7 +4,6 @@ allele, same flanks, each summed over its own bases, from a table and from a VCF
 from __future__ import annotations
 
 import pytest
-import torch
 
 from biomoe.cli.main import main as cli_main
 from biomoe.data.sources.genome import Genome
@@ -12,23 +11,13 @@ from biomoe.inference import score_variants as score_module
 from biomoe.inference.load import load_model
 from biomoe.inference.score_variants import read_variants, score_variants
 from biomoe.inference.scoring import sequence_log_likelihood
-from biomoe.model.config import ModelConfig
-from biomoe.model.transformer import MoETransformer
-from conftest import error_line, random_dna, save_checkpoint
+from conftest import error_line, random_dna
 
 SEQ = random_dna(400, seed=13)
 SHORT = random_dna(24, seed=14)  # a contig shorter than the window: its windows share packed rows
 WINDOW = 64
 VCF_HEADER = ("##fileformat=VCFv4.2\n##contig=<ID=chr1,length=400>\n##contig=<ID=short,length=24>\n"
               "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n")
-
-
-@pytest.fixture
-def ckpt(tmp_path):
-    torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32, init_std=0.3)  # large init: outputs depend visibly on context
-    return save_checkpoint(tmp_path / "tiny.ckpt", MoETransformer(cfg), cfg)
 
 
 def _indels() -> list[tuple[str, int, str, str, str]]:
@@ -54,8 +43,8 @@ def _direct_llr(model, contig: str, position: int, ref: str, alt: str) -> tuple[
     return start, float(alt_ll.sum() - ref_ll.sum())
 
 
-def _check_rows(ckpt, out) -> None:
-    model = load_model(ckpt)
+def _check_rows(tiny_checkpoint, out) -> None:
+    model = load_model(tiny_checkpoint)
     rows = [line.split("\t") for line in out.read_text().splitlines()[1:]]
     assert [(r[0], int(r[1]), r[2], r[3], r[4]) for r in rows] == [(c, p, i, r, a) for c, p, r, a, i in _indels()]
     for row, (contig, position, ref, alt, _) in zip(rows, _indels()):
@@ -66,39 +55,40 @@ def _check_rows(ckpt, out) -> None:
         assert abs(llr) > 1e-3
 
 
-def test_insertions_and_deletions_from_a_table_score_as_their_two_windows(ckpt, write_fasta, tmp_path, capsys):
+def test_insertions_and_deletions_from_a_table_score_as_their_two_windows(tiny_checkpoint, write_fasta, tmp_path,
+                                                                          capsys):
     fasta = write_fasta({"chr1": SEQ, "short": SHORT})
     table = tmp_path / "indels.tsv"
     table.write_text("contig\tposition\tref\talt\tid\n"
                      + "".join(f"{c}\t{p}\t{r}\t{a}\t{i}\n" for c, p, r, a, i in _indels()))
     out = tmp_path / "effects.tsv"
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table), "--out", str(out),
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(table), "--out", str(out),
                      "--window", str(WINDOW), "--device", "cpu", "--no-progress"]) == 0
     capsys.readouterr()
-    _check_rows(ckpt, out)
+    _check_rows(tiny_checkpoint, out)
     assert not (tmp_path / "effects.skipped.tsv").exists()
 
 
-def test_insertions_and_deletions_from_a_vcf_score_as_their_two_windows(ckpt, write_fasta, tmp_path, capsys):
+def test_insertions_and_deletions_from_a_vcf_score_as_their_two_windows(tiny_checkpoint, write_fasta, tmp_path, capsys):
     pytest.importorskip("pysam")
     fasta = write_fasta({"chr1": SEQ, "short": SHORT})
     vcf = tmp_path / "indels.vcf"
     vcf.write_text(VCF_HEADER + "".join(f"{c}\t{p}\t{i}\t{r}\t{a}\t.\tPASS\t.\n" for c, p, r, a, i in _indels()))
     out = tmp_path / "effects.tsv"
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(vcf), "--out", str(out),
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(vcf), "--out", str(out),
                      "--window", str(WINDOW), "--device", "cpu", "--no-progress"]) == 0
     assert "skipped" not in capsys.readouterr().err
-    _check_rows(ckpt, out)
+    _check_rows(tiny_checkpoint, out)
 
 
-def test_windows_of_different_lengths_share_batches_and_a_shared_ref_window_is_scored_once(ckpt, write_fasta,
+def test_windows_of_different_lengths_share_batches_and_a_shared_ref_window_is_scored_once(tiny_checkpoint, write_fasta,
                                                                                           tmp_path, monkeypatch):
     """One site with a substitution, an insertion and a deletion of the same ref allele (a table's
     rows): one ref window and three alt windows of three lengths are scored, and each allele's llr
     is that of its windows scored alone, whether the windows share a batch (padded, or packed as
     documents on the short contig) or each has a batch of its own."""
     genome = Genome(write_fasta({"chr1": SEQ, "short": SHORT}))
-    model = load_model(ckpt)
+    model = load_model(tiny_checkpoint)
     ref = SEQ[149:151]
     snv = ("A" if ref[0] != "A" else "C") + ref[1]
     table = tmp_path / "site.tsv"
@@ -132,7 +122,7 @@ def test_windows_of_different_lengths_share_batches_and_a_shared_ref_window_is_s
 
 
 @pytest.mark.parametrize("ref_len, alt_len, allele", [(80, 1, "ref allele"), (1, 70, "alt allele")])
-def test_an_indel_longer_than_the_window_is_one_line_naming_it(ckpt, write_fasta, tmp_path, capsys,
+def test_an_indel_longer_than_the_window_is_one_line_naming_it(tiny_checkpoint, write_fasta, tmp_path, capsys,
                                                               ref_len, alt_len, allele):
     fasta = write_fasta({"chr1": SEQ})
     ref = SEQ[99:99 + ref_len]
@@ -140,7 +130,7 @@ def test_an_indel_longer_than_the_window_is_one_line_naming_it(ckpt, write_fasta
     table = tmp_path / "long.tsv"
     table.write_text(f"chr1\t100\t{ref}\t{alt}\n")
     out = tmp_path / "effects.tsv"
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table), "--out", str(out),
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(table), "--out", str(out),
                      "--window", str(WINDOW), "--device", "cpu", "--no-progress"]) == 2
     err = capsys.readouterr().err
     line = error_line(err)

@@ -10,7 +10,6 @@ import torch
 from biomoe.cli.main import main as cli_main
 from biomoe.errors import GenomeInputError
 from biomoe.inference.score_variants import Variant, read_variants
-from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
 from conftest import random_dna, save_checkpoint
 
@@ -90,11 +89,10 @@ def test_malformed_rows_are_refused_with_file_and_line(tmp_path, text, line, mat
     assert "\n" not in message and message.startswith(f"{table}: line {line}: ") and match in message, message
 
 
-def test_score_variants_reads_a_hand_written_table_and_refuses_a_bad_row_in_one_line(write_fasta, tmp_path,
+def test_score_variants_reads_a_hand_written_table_and_refuses_a_bad_row_in_one_line(tiny_config, write_fasta, tmp_path,
                                                                                     capsys):
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config()
     ckpt = save_checkpoint(tmp_path / "tiny.ckpt", MoETransformer(cfg), cfg)
     seq = random_dna(300, seed=5)
     fasta = write_fasta({"chr": seq})

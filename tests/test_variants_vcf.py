@@ -6,14 +6,11 @@ from __future__ import annotations
 import sys
 
 import pytest
-import torch
 
 from biomoe.inference.score_variants import Variant
 from biomoe.inference.variant_vcf import read_vcf
-from biomoe.model.config import ModelConfig
-from biomoe.model.transformer import MoETransformer
 from biomoe.cli.main import main as cli_main
-from conftest import random_dna, save_checkpoint
+from conftest import random_dna
 
 pysam = pytest.importorskip("pysam")
 
@@ -39,14 +36,6 @@ def _vcf_text() -> str:
     return HEADER + "\n".join(lines) + "\n"
 
 
-@pytest.fixture
-def ckpt(tmp_path):
-    torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32, init_std=0.3)
-    return save_checkpoint(tmp_path / "tiny.ckpt", MoETransformer(cfg), cfg)
-
-
 def test_vcf_alleles_become_variants_and_others_are_set_aside_with_a_reason(tmp_path):
     vcf = tmp_path / "calls.vcf"
     vcf.write_text(_vcf_text())
@@ -58,7 +47,7 @@ def test_vcf_alleles_become_variants_and_others_are_set_aside_with_a_reason(tmp_
 
 
 @pytest.mark.parametrize("compressed", [False, True])
-def test_vcf_scores_equal_the_same_variants_from_a_table(ckpt, write_fasta, tmp_path, capsys, compressed):
+def test_vcf_scores_equal_the_same_variants_from_a_table(tiny_checkpoint, write_fasta, tmp_path, capsys, compressed):
     fasta = write_fasta({"chr1": SEQ})
     vcf = tmp_path / "calls.vcf"
     vcf.write_text(_vcf_text())
@@ -69,7 +58,7 @@ def test_vcf_scores_equal_the_same_variants_from_a_table(ckpt, write_fasta, tmp_
     table = tmp_path / "same.tsv"
     table.write_text("contig\tposition\tref\talt\tid\n"
                      + "".join(f"{v.contig}\t{v.position}\t{v.ref}\t{v.alt}\t{v.id}\n" for v in variants))
-    common = [str(ckpt), str(fasta), "--window", "64"]
+    common = [str(tiny_checkpoint), str(fasta), "--window", "64"]
     assert cli_main(["score-variants", *common, "--variants", str(vcf), "--out", str(tmp_path / "v.tsv")]) == 0
     assert "skipped 1 ALT allele(s)" in capsys.readouterr().err
     assert cli_main(["score-variants", *common, "--variants", str(table), "--out", str(tmp_path / "t.tsv")]) == 0
@@ -78,7 +67,7 @@ def test_vcf_scores_equal_the_same_variants_from_a_table(ckpt, write_fasta, tmp_
     assert [line.split("\t")[2] for line in from_vcf] == ["id", "rs1", ".", ".", ".", "."]  # the VCF ID carried
 
 
-def test_vcf_problems_are_one_line(ckpt, write_fasta, tmp_path, capfd, monkeypatch):
+def test_vcf_problems_are_one_line(tiny_checkpoint, write_fasta, tmp_path, capfd, monkeypatch):
     fasta = write_fasta({"chr1": SEQ})
     bad = tmp_path / "bad.vcf"
     bad.write_text("this is not a VCF\n")
@@ -90,13 +79,13 @@ def test_vcf_problems_are_one_line(ckpt, write_fasta, tmp_path, capfd, monkeypat
              (only_symbolic, "all 1 variants were skipped (1 symbolic allele"),
              (undeclared, "contig 'chr2' is not in the genome")]
     for path, message in cases:
-        assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(path),
+        assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(path),
                          "--out", str(tmp_path / "o.tsv")]) == 2
         err = capfd.readouterr().err.strip().splitlines()
         assert err[-1].startswith("biomoe: error:") and message in err[-1]
         assert all(line.startswith("biomoe: ") for line in err)  # no htslib chatter, no traceback
     monkeypatch.setitem(sys.modules, "pysam", None)  # as if the extra were not installed
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(bad),
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(bad),
                      "--out", str(tmp_path / "o.tsv")]) == 2
     assert "pip install 'biomoe[vcf]'" in capfd.readouterr().err
 
@@ -107,7 +96,7 @@ INFO_HEADER = ('##INFO=<ID=AF,Number=A,Type=Float,Description="f">\n'
                '##INFO=<ID=GENE,Number=1,Type=String,Description="g">\n')
 
 
-def test_vcf_id_and_info_fields_become_columns(ckpt, write_fasta, tmp_path, capsys):
+def test_vcf_id_and_info_fields_become_columns(tiny_checkpoint, write_fasta, tmp_path, capsys):
     """Per-ALT fields give each allele its own value; flags read true/false; absent fields stay empty."""
     fasta = write_fasta({"chr1": SEQ})
     a, b = _other(SEQ[99]), _other(SEQ[99], _other(SEQ[99]))
@@ -122,7 +111,7 @@ def test_vcf_id_and_info_fields_become_columns(ckpt, write_fasta, tmp_path, caps
         {"AF": "0.1", "AD": "7,2", "DB": "false", "GENE": ""},
         {"AF": "0.5", "AD": "7,1", "DB": "false", "GENE": ""}]
     out = tmp_path / "o.tsv"
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(vcf), "--out", str(out),
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(vcf), "--out", str(out),
                      "--window", "64", "--info", "AF,DB", "--info", "GENE"]) == 0
     lines = [line.split("\t") for line in out.read_text().splitlines()]
     assert lines[0] == ["contig", "position", "id", "ref", "alt", "window_start", "logp_ref", "logp_alt", "llr",
@@ -131,7 +120,7 @@ def test_vcf_id_and_info_fields_become_columns(ckpt, write_fasta, tmp_path, caps
                                                          ["chr1", "100", ".", "0.1", "false", ""],
                                                          ["chr1", "100", ".", "0.5", "false", ""]]
     capsys.readouterr()
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(vcf), "--out", str(out),
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(vcf), "--out", str(out),
                      "--info", "NOPE"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "NOPE not declared" in err
@@ -149,7 +138,7 @@ def test_table_id_column_is_read_by_header_and_four_columns_still_read(tmp_path)
     assert read_variants(table) == [Variant("chr1", 5, "A", "G", "v1")]
 
 
-def test_skip_mismatched_lists_the_skipped_and_removes_a_stale_list(ckpt, write_fasta, tmp_path, capsys):
+def test_skip_mismatched_lists_the_skipped_and_removes_a_stale_list(tiny_checkpoint, write_fasta, tmp_path, capsys):
     gi = "gi|208433976|ref|NC_011333.1|"
     fasta = write_fasta({gi: SEQ})
     good = f"NC_011333\t50\t{SEQ[49]}\t{_other(SEQ[49])}\tok1"  # the accession names the gi| contig
@@ -157,10 +146,11 @@ def test_skip_mismatched_lists_the_skipped_and_removes_a_stale_list(ckpt, write_
     table = tmp_path / "v.tsv"
     table.write_text("contig\tposition\tref\talt\tid\n" + "\n".join(
         [good, wrong, "chrX\t5\tA\tC\tbad2", f"NC_011333.1\t400\t{SEQ[399]}\t{_other(SEQ[399])}\tok2",
-         f"NC_011333.1\t401\tA\tC\tbad3"]) + "\n")
+         "NC_011333.1\t401\tA\tC\tbad3"]) + "\n")
     out = tmp_path / "effects.tsv"
     listed = tmp_path / "effects.skipped.tsv"
-    common = ["score-variants", str(ckpt), str(fasta), "--variants", str(table), "--out", str(out), "--window", "64"]
+    common = ["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(table), "--out", str(out),
+              "--window", "64"]
     assert cli_main(common) == 2  # without the flag the first mismatch stops, as before
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "does not match" in err and not out.exists() and not listed.exists()
@@ -179,20 +169,21 @@ def test_skip_mismatched_lists_the_skipped_and_removes_a_stale_list(ckpt, write_
     table.write_text("contig\tposition\tref\talt\tid\n" + good + "\n")
     assert cli_main(common + ["--skip-mismatched"]) == 0
     assert not listed.exists() and len(out.read_text().splitlines()) == 2  # no stale list beside new results
-    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp") or ".tmp." in p.name]  # no temporary files left
+    # no temporary files left
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp") or ".tmp." in p.name]
 
 
-def test_ambiguous_contig_in_a_table_is_one_line_even_when_skipping(ckpt, write_fasta, tmp_path, capsys):
+def test_ambiguous_contig_in_a_table_is_one_line_even_when_skipping(tiny_checkpoint, write_fasta, tmp_path, capsys):
     fasta = write_fasta({"gi|1|ref|NC_5.1|": SEQ, "gi|2|ref|NC_5.2|": SEQ})
     table = tmp_path / "v.tsv"
     table.write_text(f"NC_5\t50\t{SEQ[49]}\t{_other(SEQ[49])}\n")
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table), "--out",
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(table), "--out",
                      str(tmp_path / "o.tsv"), "--skip-mismatched"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "ambiguous" in err and "gi|1|ref|NC_5.1|, gi|2|ref|NC_5.2|" in err
 
 
-def test_a_plain_gzip_vcf_and_a_position_zero_are_one_line_each(ckpt, write_fasta, tmp_path, capsys):
+def test_a_plain_gzip_vcf_and_a_position_zero_are_one_line_each(tiny_checkpoint, write_fasta, tmp_path, capsys):
     import gzip
 
     from conftest import error_line
@@ -203,7 +194,7 @@ def test_a_plain_gzip_vcf_and_a_position_zero_are_one_line_each(ckpt, write_fast
     zero = tmp_path / "zero.vcf"
     zero.write_text(HEADER + f"chr1\t0\t.\t{SEQ[0]}\t{_other(SEQ[0])}\t.\tPASS\t.\n")
     for variants, problem in ((plain, "not bgzipped"), (zero, "position must be >= 1")):
-        code = cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(variants),
+        code = cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(variants),
                          "--out", str(tmp_path / "out.tsv"), "--device", "cpu", "--no-progress"])
         assert code == 2
         line = error_line(capsys.readouterr().err)
@@ -211,7 +202,7 @@ def test_a_plain_gzip_vcf_and_a_position_zero_are_one_line_each(ckpt, write_fast
     assert not (tmp_path / "out.tsv").exists()
 
 
-def test_each_allele_of_a_multi_allelic_record_is_its_own_row(ckpt, write_fasta, tmp_path, capsys):
+def test_each_allele_of_a_multi_allelic_record_is_its_own_row(tiny_checkpoint, write_fasta, tmp_path, capsys):
     """``A  C,T`` gives one row per ALT, each naming its own allele and scored as that allele alone;
     a deletion, a substitution and an insertion in one record share the ref window and are each
     scored as if alone."""
@@ -224,7 +215,7 @@ def test_each_allele_of_a_multi_allelic_record_is_its_own_row(ckpt, write_fasta,
     vcf.write_text(HEADER + f"chr1\t100\tm1\t{ref}\t{first},{second}\t.\tPASS\t.\n"
                    f"chr1\t120\tm2\t{pair}\t{pair[0]},{mnv},{pair}A\t.\tPASS\t.\n")  # deletion, MNV, insertion
     out = tmp_path / "multi.tsv"
-    common = [str(ckpt), str(fasta), "--window", "64", "--device", "cpu", "--no-progress"]
+    common = [str(tiny_checkpoint), str(fasta), "--window", "64", "--device", "cpu", "--no-progress"]
     assert cli_main(["score-variants", *common, "--variants", str(vcf), "--out", str(out)]) == 0
     assert "skipped" not in capsys.readouterr().err
     rows = [line.split("\t") for line in out.read_text().splitlines()[1:]]
@@ -240,14 +231,14 @@ def test_each_allele_of_a_multi_allelic_record_is_its_own_row(ckpt, write_fasta,
     capsys.readouterr()
 
 
-def test_the_skipped_list_exists_when_every_variant_is_skipped(ckpt, write_fasta, tmp_path, capsys):
+def test_the_skipped_list_exists_when_every_variant_is_skipped(tiny_checkpoint, write_fasta, tmp_path, capsys):
     from conftest import error_line
 
     fasta = write_fasta({"chr1": SEQ})
     table = tmp_path / "v.tsv"
     table.write_text("chrX\t5\tA\tC\nchr1\t401\tA\tC\n")
     out = tmp_path / "effects.tsv"
-    assert cli_main(["score-variants", str(ckpt), str(fasta), "--variants", str(table), "--out", str(out),
+    assert cli_main(["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(table), "--out", str(out),
                      "--skip-mismatched", "--window", "64"]) == 2
     line = error_line(capsys.readouterr().err)
     listed = tmp_path / "effects.skipped.tsv"
@@ -256,7 +247,7 @@ def test_the_skipped_list_exists_when_every_variant_is_skipped(ckpt, write_fasta
     assert rows[0][-1] == "reason" and [r[0] for r in rows[1:]] == ["chrX", "chr1"]
 
 
-def test_vcf_alleles_that_are_not_sequence_are_listed_with_their_reason(ckpt, write_fasta, tmp_path, capsys):
+def test_vcf_alleles_that_are_not_sequence_are_listed_with_their_reason(tiny_checkpoint, write_fasta, tmp_path, capsys):
     """Symbolic alleles, ``*``, breakends, N or IUPAC codes and records without ALT are set aside
     flag or not, listed in OUT.skipped.tsv with the reason, and the stderr note says how many and
     where; a later run that sets nothing aside removes the list."""
@@ -273,7 +264,7 @@ def test_vcf_alleles_that_are_not_sequence_are_listed_with_their_reason(ckpt, wr
         f"chr1\t99\tnoalt\t{SEQ[98]}\t.\t.\tPASS\t."]) + "\n")
     out = tmp_path / "effects.tsv"
     listed = tmp_path / "effects.skipped.tsv"
-    common = ["score-variants", str(ckpt), str(fasta), "--variants", str(vcf), "--out", str(out),
+    common = ["score-variants", str(tiny_checkpoint), str(fasta), "--variants", str(vcf), "--out", str(out),
               "--window", "64", "--device", "cpu", "--no-progress"]
     assert cli_main(common) == 0
     notes = [line for line in capsys.readouterr().err.splitlines() if "skipped" in line]

@@ -7,7 +7,6 @@ import torch
 
 from biomoe.cli.main import main as cli_main
 from biomoe.cli.warning_lines import WarningLines
-from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
 from conftest import random_dna, save_checkpoint
 
@@ -53,10 +52,9 @@ def test_markov_on_many_files_with_empty_records_prints_two_warning_lines(tmp_pa
     assert len(_warnings(capsys.readouterr().err)) == 30
 
 
-def test_markov_from_a_checkpoint_names_its_fasta_as_a_path(write_fasta, tmp_path, capsys):
+def test_markov_from_a_checkpoint_names_its_fasta_as_a_path(tiny_config, write_fasta, tmp_path, capsys):
     fasta = write_fasta(LONG)
-    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-                      ffn_hidden_size=32)
+    cfg = tiny_config(num_layers=1)
     torch.manual_seed(0)
     ckpt = save_checkpoint(tmp_path / "m.ckpt", MoETransformer(cfg), cfg,
                            data={"fasta": str(fasta), "seq_length": 64, "val_fraction": 0.2})

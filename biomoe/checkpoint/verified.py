@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 from pathlib import Path
 
 __all__ = ["RACY_SECONDS", "cache_file", "file_stamp", "is_verified", "record_verified"]

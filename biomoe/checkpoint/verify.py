@@ -38,8 +38,8 @@ from biomoe.checkpoint.hparams import recorded_model_config
 from biomoe.checkpoint.read import read_checkpoint
 from biomoe.checkpoint.run_folder import checkpoints_under, choose_checkpoint, say_on_stderr
 
-__all__ = ["check_checkpoint_file", "verify_checkpoint", "resolve_checkpoint_alias", "check_integrity", "check_structure", "check_shapes", "check_finite",
-           "expected_shapes"]
+__all__ = ["check_checkpoint_file", "verify_checkpoint", "resolve_checkpoint_alias", "check_integrity",
+           "check_structure", "check_shapes", "check_finite", "expected_shapes"]
 
 _MODEL_PREFIX = "model."
 

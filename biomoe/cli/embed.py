@@ -22,7 +22,8 @@ from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_ch
 from biomoe.data.sources.reader import total_length
 from biomoe.data.sources.registry import open_reader
 from biomoe.errors import GenomeInputError
-from biomoe.files import check_outputs, commit_together
+from biomoe.output_checks import check_outputs
+from biomoe.output_set import commit_together
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]
@@ -43,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pool", choices=POOLS, default="mean",
                         help="position: a row per base; mean: a row per contig; window: a row per --pool-size bases "
                              "(default %(default)s)")
-    parser.add_argument("--pool-size", type=positive_int, default=1000, help="bases per row with --pool window (default %(default)s)")
+    parser.add_argument("--pool-size", type=positive_int, default=1000,
+                        help="bases per row with --pool window (default %(default)s)")
     parser.add_argument("--window", type=positive_int, default=None,
                         help="bases the model reads at once (default: the checkpoint's training seq_length)")
     add_batch_tokens_option(parser)

@@ -30,7 +30,8 @@ from biomoe.data.contig_names import ContigNameError, ContigNames
 from biomoe.data.sources.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.resources import host_memory_bytes
-from biomoe.files import atomic_write, check_outputs
+from biomoe.files import atomic_write
+from biomoe.output_checks import check_outputs
 from biomoe.progress import progress_bar
 
 __all__ = ["build_parser", "main"]
@@ -111,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("fasta", nargs="*", help="genome FASTA file(s) for --prompt-region")
     parser.add_argument("--fasta", dest="fasta_option", nargs="+", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", required=True, type=Path, help="output FASTA (written atomically)")
-    parser.add_argument("--length", type=positive_int, default=1000, help="bases to generate per sample (default %(default)s)")
+    parser.add_argument("--length", type=positive_int, default=1000,
+                        help="bases to generate per sample (default %(default)s)")
     parser.add_argument("--num-samples", type=positive_int, default=1, help="default %(default)s")
     parser.add_argument("--batch-size", type=positive_int, default=None,
                         help="samples generated together (default: 64 on a GPU, 16 on a CPU)")
@@ -123,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--context", type=positive_int, default=None,
                         help="tokens the model attends to (default: the checkpoint's training seq_length, else 1024)")
     parser.add_argument("--include-prompt", action="store_true", help="write prompt + generated bases")
-    parser.add_argument("--name", default="sample", help="FASTA record names: NAME_1, NAME_2, ... (default %(default)s)")
+    parser.add_argument("--name", default="sample",
+                        help="FASTA record names: NAME_1, NAME_2, ... (default %(default)s)")
     parser.add_argument("--line-width", type=positive_int, default=80, help="FASTA line width (default %(default)s)")
     parser.add_argument("--no-graph", action="store_true",
                         help="on a GPU, run each decoding step eagerly instead of replaying a CUDA graph "
@@ -163,7 +166,8 @@ def main(argv: list[str]) -> int:
     # imported after parsing: --help stays fast
     from biomoe.cli.windows import scoring_window
     from biomoe.data.tokenizer import NucleotideTokenizer
-    from biomoe.inference.generate import SamplingSettings, default_batch_size, generate
+    from biomoe.inference.generate import default_batch_size, generate
+    from biomoe.inference.sampling import SamplingSettings
     prompt, prompt_text, inputs = _prompt_from_args(args)
     check_output_size(args.num_samples, args.length)
     check_outputs([args.out], [args.ckpt, *inputs])

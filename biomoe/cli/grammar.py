@@ -25,8 +25,8 @@ __all__ = ["add_option", "merge_hidden_inputs"]
 
 
 def add_option(parser: Any, flag: str, *old: str, **kwargs: Any) -> argparse.Action:
-    """``parser.add_argument(flag, **kwargs)`` (a parser or an argument group), plus the old spellings ``old`` for the same value,
-    hidden from ``--help`` (a command line written for an earlier version keeps working)."""
+    """``parser.add_argument(flag, **kwargs)`` (a parser or an argument group), plus the old spellings ``old`` for the
+    same value, hidden from ``--help`` (a command line written for an earlier version keeps working)."""
     action = parser.add_argument(flag, **kwargs)
     if old:
         hidden = {key: value for key, value in kwargs.items() if key not in ("required", "help", "default", "dest")}

@@ -21,7 +21,7 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
 
-from biomoe import files
+from biomoe import output_checks
 from biomoe.checkpoint.hparams import model_config_from
 from biomoe.checkpoint.read import read_checkpoint, refusal
 from biomoe.checkpoint.safe_types import trusted
@@ -52,6 +52,7 @@ from biomoe.training.markov_baseline import MarkovBaseline
 from biomoe.training.module import BioMoEModule
 from biomoe.training.prediction_writer import WindowScoreWriter
 from biomoe.training.preemption import SaveOnSigterm
+from biomoe.training.time_limit import StopAtTimeLimit
 
 __all__ = ["BioMoECLI", "install_atomic_checkpoint_io", "install_markov_baseline", "run_lightning_cli"]
 
@@ -107,21 +108,27 @@ class BioMoECLI(LightningCLI):
         section = self.config[self.subcommand]
         data = section.get("data") or {}
         fasta = data.get("fasta")
-        files.protect_inputs([os.fspath(c) for c in section.get("config") or []])
-        files.protect_inputs([fasta] if isinstance(fasta, (str, os.PathLike)) else list(fasta or []))
+        output_checks.protect_inputs([os.fspath(c) for c in section.get("config") or []])
+        output_checks.protect_inputs([fasta] if isinstance(fasta, (str, os.PathLike)) else list(fasta or []))
         ckpt = section.get("ckpt_path")
         if self.subcommand != "fit" and isinstance(ckpt, (str, os.PathLike)):
-            files.protect_inputs([ckpt])  # fit may replace the last.ckpt it resumes from (atomically)
+            output_checks.protect_inputs([ckpt])  # fit may replace the last.ckpt it resumes from (atomically)
 
     def parse_arguments(self, parser, args) -> None:
         """Keep the command line: settings given there win over a checkpoint's (see
         :meth:`_apply_checkpoint_data`), settings from a ``--config`` file do not. A
-        ``--trainer.default_root_dir`` given there moves the whole run (:func:`follow_root_dir`)."""
+        ``--trainer.default_root_dir`` given there moves the whole run (:func:`follow_root_dir`), and a
+        GPU precision from a config file becomes 32-true on a CPU
+        (:func:`~biomoe.cli.run.trainer_setup.choose_cpu_precision`)."""
         self._argv = list(sys.argv[1:] if args is None else args)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         if subcommand:
-            follow_root_dir(self.config[subcommand], options_given(self._argv))
+            given = options_given(self._argv)
+            follow_root_dir(self.config[subcommand], given)
+            note = trainer_setup.choose_cpu_precision(self.config[subcommand], given)
+            if note:
+                print(note, file=sys.stderr)
 
     def instantiate_classes(self) -> None:
         """Before anything is built: a missing logger package as one line, Lightning's start-up tips
@@ -144,8 +151,10 @@ class BioMoECLI(LightningCLI):
         if not any(isinstance(cb, ProgressLines) for cb in trainer.callbacks):
             trainer.callbacks.append(ProgressLines())  # prints only where no progress bar runs
         if not any(isinstance(cb, SaveOnSigterm) for cb in trainer.callbacks):
-            # a scheduler's SIGTERM leaves a resumable last.ckpt; Ctrl-C says what was saved
+            # SIGTERM, and Ctrl-C between steps, leave a resumable last.ckpt; Ctrl-C says what was saved
             trainer.callbacks.append(SaveOnSigterm(command=getattr(self, "_argv", None)))
+        if not any(isinstance(cb, StopAtTimeLimit) for cb in trainer.callbacks):
+            trainer.callbacks.append(StopAtTimeLimit())  # max_time holds within a step, with no validation after
         if self.subcommand == "fit" and not any(isinstance(cb, ValidationNote) for cb in trainer.callbacks):
             trainer.callbacks.append(ValidationNote())  # a genome too short to validate on says so
         trainer_setup.install_per_genome_metrics(trainer)
@@ -293,7 +302,8 @@ class BioMoECLI(LightningCLI):
         except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:
             refused = refusal(exc)
             detail = " ".join(str(exc).split())[:200]
-            raise GenomeInputError(text, refused or f"cannot load checkpoint ({type(exc).__name__}: {detail})") from None
+            raise GenomeInputError(text,
+                                   refused or f"cannot load checkpoint ({type(exc).__name__}: {detail})") from None
         if os.path.isfile(text):
             self._verify_ckpt(text)
 

@@ -5,7 +5,7 @@ Bad input never ends in a traceback: :class:`~biomoe.errors.GenomeInputError` an
 user's values (:mod:`biomoe.cli.user_errors`), are printed as one line with exit status 2;
 Ctrl-C is one line and exit status 130. Every value is range-checked before anything is built
 (:mod:`biomoe.cli.run.config_checks`), every checkpoint is verified before it is loaded
-(:mod:`biomoe.checkpoint.verify`), and no output may replace an input (:mod:`biomoe.files`).
+(:mod:`biomoe.checkpoint.verify`), and no output may replace an input (:mod:`biomoe.output_checks`).
 Pass ``--debug`` (or set ``BIOMOE_DEBUG=1``) to see the traceback.
 """
 
@@ -23,7 +23,7 @@ import sys
 import warnings
 from argparse import ArgumentError
 
-from biomoe import files
+from biomoe import output_checks
 from biomoe.cli import DESCRIPTION
 from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS, LIGHTNING_COMMANDS
 from biomoe.cli import help_cache
@@ -38,7 +38,7 @@ __all__ = ["main", "summarize_argument_error"]
 def _say_replaced(code: int) -> None:
     """Outputs that existed before the command: named once it has succeeded (stdout, beside its
     "wrote ..." lines); after a failure they are as they were, and nothing is said."""
-    note = files.replaced_outputs()
+    note = output_checks.replaced_outputs()
     if note and code == 0:
         print(note)
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = functools.partial(_show_warning, lines=lines, fallback=shown)
     try:
         # inputs registered by this command only; the trust decision too (its own commands set it in checkpoint_of)
-        with files.input_scope(), trusting(trust or trusted()):
+        with output_checks.input_scope(), trusting(trust or trusted()):
             if argv in (["--help"], ["-h"]):  # the list of commands needs neither Lightning nor torch
                 print(command_list_help(), end="")
                 raise SystemExit(0)

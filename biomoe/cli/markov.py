@@ -19,7 +19,8 @@ from pathlib import Path
 
 from biomoe.cli.arguments import CommandParser
 from biomoe.cli.grammar import add_option
-from biomoe.files import check_outputs, write_text
+from biomoe.files import write_text
+from biomoe.output_checks import check_outputs
 
 __all__ = ["main", "split_settings"]
 
@@ -62,7 +63,8 @@ def _as_list(fasta: str | os.PathLike[str] | list) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = CommandParser(prog="biomoe markov", description=__doc__.splitlines()[0])
-    parser.add_argument("fasta", nargs="*", help="FASTA file(s) or folder (default with --ckpt_path: its training data)")
+    parser.add_argument("fasta", nargs="*",
+                        help="FASTA file(s) or folder (default with --ckpt_path: its training data)")
     parser.add_argument("--ckpt_path", "--ckpt-path", default=None, metavar="CKPT",
                         help="score the split this checkpoint (or run folder) was validated on")
     add_option(parser, "--max-order", "--max_order", type=int, default=8)

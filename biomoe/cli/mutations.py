@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
     from biomoe.cli.windows import scoring_window
     from biomoe.data.sources.registry import open_reader
     from biomoe.data.tokenizer import NucleotideTokenizer
-    from biomoe.files import check_outputs
+    from biomoe.output_checks import check_outputs
     from biomoe.genomics.genes import call_genes_in_contigs
     from biomoe.genomics.markov import MAX_ORDER, MarkovModel
     from biomoe.inference import mutations as engine
@@ -204,7 +204,7 @@ def _summary_markdown(summary: dict) -> str:
 
 def _write_outputs(folder: Path, snvs: list, model_llr, markov_llr, summary: dict) -> None:
     """All four files commit together: a reader never finds a table beside another run's summary."""
-    from biomoe.files import commit_together
+    from biomoe.output_set import commit_together
 
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / name for name in OUTPUT_NAMES]

@@ -8,7 +8,6 @@ before the command line is parsed. ``biomoe recipes`` lists them and ``biomoe re
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path

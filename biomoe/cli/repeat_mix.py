@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from biomoe.cli.arguments import CommandParser, is_model_path, positive_int
 from biomoe.cli.grammar import add_option
-from biomoe.files import check_outputs, write_text
+from biomoe.files import write_text
+from biomoe.output_checks import check_outputs
 
 if TYPE_CHECKING:
     import torch

@@ -20,7 +20,8 @@ from biomoe.cli.grammar import add_option, merge_hidden_inputs
 from biomoe.data.sources.fasta_paths import file_labels, resolve_fasta_paths
 from biomoe.data.sources.registry import open_reader
 from biomoe.errors import GenomeInputError
-from biomoe.files import check_outputs, commit_together
+from biomoe.output_checks import check_outputs
+from biomoe.output_set import commit_together
 from biomoe.genomics.routing_plot import features_plot_path, plot_features, plot_routing, require_matplotlib
 from biomoe.progress import progress_bar
 

@@ -24,7 +24,7 @@ import os
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 
-from biomoe import files
+from biomoe import files, output_checks
 from biomoe.errors import GenomeInputError
 
 __all__ = ["AtomicSaveConfigCallback"]
@@ -47,7 +47,7 @@ class AtomicSaveConfigCallback(SaveConfigCallback):
             log_dir = trainer.log_dir  # broadcasts the directory
             assert log_dir is not None
             config_path = os.path.join(log_dir, self.config_filename)
-            files.check_not_input(config_path)
+            output_checks.check_not_input(config_path)
             earlier = os.path.isfile(config_path)
             if earlier and stage == "fit" and not _resumes_from(trainer, log_dir):
                 raise GenomeInputError(log_dir, "holds an earlier run (its config.yaml), which a new run never "

@@ -31,7 +31,8 @@ from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_ch
                                   base_rate, positive_int)
 from biomoe.data.sources.reader import total_length
 from biomoe.data.sources.registry import open_reader
-from biomoe.files import check_outputs, commit_together
+from biomoe.output_checks import check_outputs
+from biomoe.output_set import commit_together
 from biomoe.progress import progress_bar
 
 __all__ = ["main"]

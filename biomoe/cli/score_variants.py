@@ -33,7 +33,9 @@ from biomoe.cli.arguments import (CommandParser, add_batch_tokens_option, add_ch
                                   positive_int)
 from biomoe.data.sources.registry import open_reader
 from biomoe.errors import GenomeInputError
-from biomoe.files import atomic_write, check_outputs, commit_together
+from biomoe.files import atomic_write
+from biomoe.output_checks import check_outputs
+from biomoe.output_set import commit_together
 from biomoe.progress import progress_bar
 
 if TYPE_CHECKING:

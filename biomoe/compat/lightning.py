@@ -6,8 +6,8 @@ biomoe's CLI and progress bar override three private methods (their names are li
 reads the CLI parser's subcommands and the Trainer's logging decision, asks a module or callback
 for its Trainer without Lightning's "not attached" error, sets up the process group and device
 mesh the way ``ModelParallelStrategy`` does, removes the logging methods the Trainer binds onto
-callbacks, reads and sets the device a weight average is built on (and its model and update), and names the private Lightning
-functions on a traceback that tell a user's configuration error from a bug
+callbacks, reads and sets the device a weight average is built on (and its model and update), and names the
+private Lightning functions on a traceback that tell a user's configuration error from a bug
 (:data:`BUILD_PHASE_FRAMES`, :data:`CHECKPOINT_SELECTION_FRAMES`).
 """
 

@@ -89,7 +89,8 @@ def split_genome(
     """
     label = reader_label(genome)
     check_settings(val_fraction=val_fraction, test_fraction=test_fraction)
-    held_val, held_test = set(match_files(genome, val_files, "val_files")), set(match_files(genome, test_files, "test_files"))
+    held_val = set(match_files(genome, val_files, "val_files"))
+    held_test = set(match_files(genome, test_files, "test_files"))
     if held_val & held_test:
         both = genome.labels[min(held_val & held_test)]
         raise GenomeInputError(label, f"data.val_files and data.test_files both hold out '{both}'")
@@ -102,7 +103,8 @@ def split_genome(
         file_index = genome.contigs[index].file_index
         if file_index in held_val | held_test:
             raise GenomeInputError(label, f"contig '{genome.contigs[index].name}' is named in data.val_contigs or "
-                                          f"data.test_contigs but its file '{genome.labels[file_index]}' is held out whole")
+                                          f"data.test_contigs but its file '{genome.labels[file_index]}' is held "
+                                          "out whole")
     val_cut, test_cut = held_out_cuts(val_fraction, test_fraction, val_contigs, test_contigs)
     splits = Splits([], [], [])
     for i, c in enumerate(genome.contigs):
@@ -120,7 +122,8 @@ def split_genome(
             if val_start < c.length:
                 splits.val.append((i, val_start, c.length))
     if not any(hi > lo for _, lo, hi in splits.train):
-        what = "the held-out files and contigs cover" if (val_files or test_files or val_contigs or test_contigs) else "the split covers"
+        held_out = val_files or test_files or val_contigs or test_contigs
+        what = "the held-out files and contigs cover" if held_out else "the split covers"
         raise GenomeInputError(label, f"{what} every contig; nothing is left to train on")
     return splits
 

@@ -37,8 +37,8 @@ from biomoe.data.sources.reader import SequenceReader
 from biomoe.data.splits import split_genome
 from biomoe.data.tokenizer import A_ID, T_ID, NucleotideTokenizer
 
-__all__ = ["BatchScores", "RepeatExpert", "RepeatTable", "check_settings", "default_k", "fit_on_split", "fit_on_training_split",
-           "mix_log_likelihood", "mixture_log_likelihood", "score_batch"]
+__all__ = ["BatchScores", "RepeatExpert", "RepeatTable", "check_settings", "default_k", "fit_on_split",
+           "fit_on_training_split", "mix_log_likelihood", "mixture_log_likelihood", "score_batch"]
 
 MAX_K = 31  # 2 bits per base of context plus the next base in one int64
 MAX_TRAINING_BASES = 500_000_000  # ~16 GB of table: beyond that a k-mer table is the wrong tool

@@ -17,7 +17,6 @@ from typing import Protocol
 import numpy as np
 
 from biomoe.data.sources.reader import SequenceReader
-from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.inference.batching import WindowBatch, genome_windows
 from biomoe.inference.load import InferenceModel
 from biomoe.inference.scoring import run_log_likelihood

@@ -51,7 +51,7 @@ from biomoe.data.contig_names import AmbiguousContigError, ContigNameError, Cont
 from biomoe.data.sources.reader import SequenceReader
 from biomoe.data.tokenizer import NucleotideTokenizer
 from biomoe.errors import GenomeInputError
-from biomoe.files import decode_user_text
+from biomoe.user_text import decode_user_text
 from biomoe.inference.batching import Window, WindowBatch
 from biomoe.inference.load import InferenceModel
 from biomoe.inference.scoring import run_log_likelihood

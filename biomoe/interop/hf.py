@@ -102,7 +102,8 @@ def hf_config(cfg: ModelConfig, max_positions: int | None = None) -> dict:
 def model_config_from_hf(config: dict) -> ModelConfig:
     """Inverse of :func:`hf_config` (raises ConfigError for shapes biomoe cannot hold)."""
     if config.get("model_type") != "mixtral":
-        raise ConfigError(f"import-hf expects a Mixtral folder, config.json has model_type={config.get('model_type')!r}")
+        raise ConfigError("import-hf expects a Mixtral folder, "
+                          f"config.json has model_type={config.get('model_type')!r}")
     rope = config.get("rope_parameters") or {}
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     if head_dim * config["num_attention_heads"] != config["hidden_size"]:

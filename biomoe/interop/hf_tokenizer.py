@@ -21,10 +21,10 @@ from pathlib import Path
 
 from biomoe.data.tokenizer import BOS_ID, EOS_ID, IUPAC_AMBIGUITY, NUCLEOTIDES, PAD_ID, NucleotideTokenizer
 from biomoe.files import write_bytes, write_text
-from biomoe.inference.generate import emitted_token_ids
+from biomoe.inference.sampling import emitted_token_ids
 
-__all__ = ["build_hf_tokenizer", "generation_config_text", "hf_generation_config", "tokenizer_files", "vocabulary_difference",
-           "write_generation_config", "write_tokenizer"]
+__all__ = ["build_hf_tokenizer", "generation_config_text", "hf_generation_config", "tokenizer_files",
+           "vocabulary_difference", "write_generation_config", "write_tokenizer"]
 
 _PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # the name transformers 4.x and 5.x both load
 

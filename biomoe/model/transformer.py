@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from biomoe.model.backends import TORCH_BACKENDS, LayerBackends
 from biomoe.model.config import ModelConfig
 from biomoe.model.documents import DocumentLayout, document_attention
-from biomoe.model.moe import Experts, MoELayer, TopKRouter
+from biomoe.model.moe import Experts, MoELayer
 from biomoe.model.moe.experts import scaled_init_std
 
 

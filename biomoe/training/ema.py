@@ -114,6 +114,16 @@ class EMAWeightAveraging(_LightningEMA):
         foreach_copy_(current, averaged)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.restore_training_weights(pl_module)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        """A run stopped inside a validation (Ctrl-C) holds the average in the module: put the
+        training weights back, so that a checkpoint written now resumes from them."""
+        self.restore_training_weights(pl_module)
+
+    def restore_training_weights(self, pl_module: L.LightningModule) -> None:
+        """The training weights back into the module after a validation of the average (once;
+        nothing to do outside one)."""
         if self._training_weights is None:
             return
         _, current = self._pairs(pl_module)

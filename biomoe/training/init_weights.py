@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 
 import lightning as L
-import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from biomoe.checkpoint.read import read_checkpoint
@@ -49,10 +48,11 @@ class InitWeights(L.Callback):
         own = pl_module.model.state_dict()
         for name, tensor in own.items():
             if name not in weights:
-                raise GenomeInputError(path, f"InitWeights: the checkpoint has no weight '{name}' (another architecture?)")
+                raise GenomeInputError(path, f"InitWeights: the checkpoint has no weight '{name}' "
+                                             "(another architecture?)")
             if tuple(weights[name].shape) != tuple(tensor.shape):
-                raise GenomeInputError(path, f"InitWeights: '{name}' is {tuple(weights[name].shape)} in the checkpoint, "
-                                             f"{tuple(tensor.shape)} in this model (model.config differs)")
+                raise GenomeInputError(path, f"InitWeights: '{name}' is {tuple(weights[name].shape)} in the "
+                                             f"checkpoint, {tuple(tensor.shape)} in this model (model.config differs)")
         pl_module.model.load_state_dict({name: weights[name] for name in own})
         self.loaded_from = path
         rank_zero_info(f"initial weights from {path}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 from torch import Tensor
 

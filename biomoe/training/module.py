@@ -112,7 +112,8 @@ class BioMoEModule(L.LightningModule):
 
     # --------------------------------------------------------------------------------- training
     def _loss_terms(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        out = self(batch["input_ids"], batch.get("position_ids"))  # precision recipe (te.autocast) around the forward only
+        # precision recipe (te.autocast) around the forward only
+        out = self(batch["input_ids"], batch.get("position_ids"))
         ce_sum, n = masked_cross_entropy_sum(out.logits, batch["labels"], batch["loss_mask"])
         ce = ce_sum / n.clamp_min(1.0)
         loss = ce + self.config.aux_loss_coef * out.aux_loss + self.config.z_loss_coef * out.z_loss

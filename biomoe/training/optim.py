@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from torch.optim.adamw import adamw
 
-from biomoe.checkpoint.optimizer_state import MASTER_STORAGES, MOMENT_DTYPES, join_master, local_shard, split_master
+from biomoe.checkpoint.optimizer_state import MASTER_STORAGES, join_master, local_shard, split_master
 from biomoe.compat.torch import foreach_copy_
 
 MASTER_STATE = ("master", "exp_avg", "exp_avg_sq")

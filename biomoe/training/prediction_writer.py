@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from biomoe.data.packed import PackedGenomeDataset
 from biomoe.errors import GenomeInputError
-from biomoe.files import commit_together
+from biomoe.output_set import commit_together
 
 
 class WindowScoreWriter(BasePredictionWriter):

@@ -8,9 +8,14 @@ saves ``last.ckpt`` where the run's :class:`~lightning.pytorch.callbacks.ModelCh
 files, says in one line how to resume, and :func:`biomoe.cli.main.main` exits with 143 (128 +
 SIGTERM), the status a shell gives a process stopped by that signal.
 
-Ctrl-C saves nothing (the user chose to stop now), but its closing line says what of the run is on
-disk: the newest checkpoint this run wrote (or resumed from) and its step, with the exact command
-that resumes it, or that nothing of the run was saved, so no one resumes a checkpoint of another run.
+Ctrl-C keeps what was trained: when it lands between optimizer steps (in a validation, a checkpoint
+write, logging) after a step newer than the newest checkpoint, ``last.ckpt`` is written as for
+SIGTERM, so a Ctrl-C during the first validation no longer throws away the steps before it. The
+closing line says what of the run is on disk (the newest checkpoint this run wrote or resumed from,
+its step, and the exact command that resumes it) or that nothing was saved, so no one resumes a
+checkpoint of another run. A Ctrl-C inside a step (forward, backward, the update) saves nothing new:
+the weights may be half updated there. Neither does one under several processes, where the write is
+collective and the other processes may not have stopped at the same place.
 
 SLURM's own requeue signal (``#SBATCH --signal=SIGUSR1@90``) is Lightning's
 :class:`~lightning.pytorch.plugins.environments.SLURMEnvironment` with ``auto_requeue``: it saves
@@ -29,6 +34,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from biomoe.training.ema import EMAWeightAveraging
 from biomoe.training.stop_report import resume_command, set_line
 
 __all__ = ["SaveOnSigterm", "SIGTERM_EXIT_CODE", "is_sigterm_exit"]
@@ -42,7 +48,8 @@ def is_sigterm_exit(exc: BaseException) -> bool:
 
 
 class SaveOnSigterm(L.Callback):
-    """Save ``last.ckpt`` when Lightning stops ``fit`` on SIGTERM; on Ctrl-C, say what was saved.
+    """Save ``last.ckpt`` when Lightning stops ``fit`` on SIGTERM, and on a Ctrl-C between steps
+    that left steps unsaved; either way, say what was saved and how to resume.
 
     ``command`` is the command line (after the program name) that started the run: the resume
     command printed is that line with ``--ckpt_path`` set to the checkpoint."""
@@ -54,29 +61,70 @@ class SaveOnSigterm(L.Callback):
         self._saves: list[tuple[float, int]] = []
         """(wall time, global step) of every checkpoint this run began to write, oldest first."""
         self._resumed: tuple[str, int] | None = None
+        self._between_steps = False
+        """True from the end of a batch that stepped the optimizer to the start of the next batch:
+        where weights, optimizer and loops agree, as in a checkpoint ModelCheckpoint writes."""
+        self._stepped = False
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         ckpt = trainer.ckpt_path
         if isinstance(ckpt, str) and os.path.exists(ckpt):
             self._resumed = (ckpt, trainer.global_step)
 
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        self._between_steps = self._stepped = False
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
+        self._stepped = True
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self._between_steps = self._stepped  # a batch that only accumulated gradients is not a whole step
+
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._saves.append((time.time(), trainer.global_step))
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if trainer.state.fn != "fit":
-            return
-        if isinstance(exception, KeyboardInterrupt):
-            if trainer.is_global_zero:
-                set_line(self.interrupted_line(trainer))
-            return
-        if not isinstance(exception, SIGTERMException):
-            return
+    def _save_last(self, trainer: L.Trainer) -> str:
         path = os.path.join(checkpoint_folder(trainer), ModelCheckpoint.CHECKPOINT_NAME_LAST
                             + ModelCheckpoint.FILE_EXTENSION)
         # all of the state (optimizer, loops, callbacks): every rank takes part, sharded state is gathered
         trainer.save_checkpoint(path, weights_only=False)
         self.saved_path = path
+        return path
+
+    def _save_on_interrupt(self, trainer: L.Trainer) -> None:
+        """``last.ckpt`` after a Ctrl-C that left whole steps unsaved (see the module docstring). A
+        validation it cut short is recorded as ended (its partial sums are not in the file), so the
+        resumed run does not finish it on the batches left but trains on from the next step, as
+        after a checkpoint written at a validation's end; the weights of a validation that scored
+        the EMA's average are put back to the training weights first."""
+        saved = self.newest_saved(trainer)
+        if not self._between_steps or trainer.world_size > 1 or trainer.global_step <= (saved[1] if saved else 0):
+            return
+        for callback in trainer.callbacks:
+            if isinstance(callback, EMAWeightAveraging):
+                callback.restore_training_weights(trainer.lightning_module)
+        progress = trainer.fit_loop.epoch_loop.val_loop.batch_progress
+        for counts in (progress.total, progress.current):
+            counts.ready = counts.started = counts.processed = counts.completed
+        try:
+            self._save_last(trainer)
+        except Exception as exc:  # the line then says what is on disk; the failure in a few words
+            print(f"biomoe: warning: could not save last.ckpt on Ctrl-C ({type(exc).__name__}: {exc})",
+                  file=self.stream or sys.stderr, flush=True)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if trainer.state.fn != "fit":
+            return
+        if isinstance(exception, KeyboardInterrupt):
+            self._save_on_interrupt(trainer)
+            if trainer.is_global_zero:
+                set_line(self.interrupted_line(trainer))
+            return
+        if not isinstance(exception, SIGTERMException):
+            return
+        path = self._save_last(trainer)
         if trainer.is_global_zero:
             print(f"biomoe: stopped by SIGTERM after step {trainer.global_step}; resumable checkpoint "
                   f"{path}; resume with: {resume_command(self.command, path)}",
@@ -89,6 +137,7 @@ class SaveOnSigterm(L.Callback):
         for callback in trainer.checkpoint_callbacks:
             if isinstance(callback, ModelCheckpoint):
                 written += [callback.last_model_path, callback.best_model_path, *callback.best_k_models]
+        written.append(self.saved_path or "")
         files = [p for p in dict.fromkeys(written) if p and os.path.isfile(p)]
         if files:
             newest = max(files, key=os.path.getmtime)

@@ -22,7 +22,8 @@ from biomoe.cli.repeat_mix import main  # noqa: E402
 rows = []
 with tempfile.TemporaryDirectory() as tmp:
     fasta = write_training_split(Path(tmp))
-    for k, switch, smoothing in itertools.product((12, 14, 16, 18, 20, 24), (0.003, 0.01, 0.03, 0.1), (0.005, 0.02, 0.1)):
+    grid = itertools.product((12, 14, 16, 18, 20, 24), (0.003, 0.01, 0.03, 0.1), (0.005, 0.02, 0.1))
+    for k, switch, smoothing in grid:
         out = Path(tmp) / "r.json"
         main([str(fasta), "--val-fraction", str(INNER_VAL_FRACTION), "--markov-order", "7", "--k", str(k),
               "--switch", str(switch), "--smoothing", str(smoothing), "--json", str(out)])

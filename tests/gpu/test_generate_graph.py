@@ -15,8 +15,10 @@ import torch
 
 from biomoe.backends.te.availability import te_installed
 from biomoe.data.tokenizer import A_ID, N_ID, NucleotideTokenizer
-from biomoe.inference.generate import (SamplingSettings, StaticDecoder, _SampleNoise, decode_graph_supported,
-                                       generate)
+from biomoe.inference.decode_kernels import decode_graph_supported
+from biomoe.inference.generate import generate
+from biomoe.inference.sampling import SampleNoise, SamplingSettings
+from biomoe.inference.static_decoder import StaticDecoder
 from biomoe.inference.load import InferenceModel, prepare_model
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
@@ -68,14 +70,14 @@ def test_graph_replays_give_the_eager_steps_logits_through_refills(overrides):
     runs = {}
     for use_graph in (False, True):  # max_tokens 24, length 60: two refills on the way
         decoder = _Recording(model, batch_size=3, length=60, max_tokens=24, settings=settings, use_graph=use_graph)
-        samples = decoder.run(prompt, _SampleNoise(4, range(3), DEV))
+        samples = decoder.run(prompt, SampleNoise(4, range(3), DEV))
         assert decoder.graphed == use_graph
         runs[use_graph] = (samples, decoder.seen)
     (eager_samples, eager_logits), (graph_samples, graph_logits) = runs[False], runs[True]
     assert len(eager_logits) == len(graph_logits) == 60
     bitwise = True
     for t, (e, g) in enumerate(zip(eager_logits, graph_logits)):
-        torch.testing.assert_close(g, e, rtol=2e-2, atol=5e-2, msg=lambda m: f"base {t}: {m}")
+        torch.testing.assert_close(g, e, rtol=2e-2, atol=5e-2, msg=lambda m, t=t: f"base {t}: {m}")
         bitwise = bitwise and torch.equal(g, e)
     if bitwise:
         for x, y in zip(eager_samples, graph_samples):
@@ -88,7 +90,7 @@ def test_graph_replays_give_the_eager_steps_logits_through_refills(overrides):
 def test_replayed_steps_never_synchronise_with_the_host():
     model = _model(TORCH_KERNELS)
     decoder = StaticDecoder(model, batch_size=4, length=2000, max_tokens=2048, use_graph=True)
-    decoder.start(_SampleNoise(0, range(4), DEV))
+    decoder.start(SampleNoise(0, range(4), DEV))
     decoder.refill(torch.full((4, 5), A_ID, device=DEV))
     decoder.step()  # captures the graph
     assert decoder.graphed

@@ -18,7 +18,6 @@ import dataclasses
 
 from biomoe.build import BuiltModel, build_model
 from biomoe.model.config import ConfigError, ModelConfig, RuntimeConfig
-from biomoe.model.transformer import MoETransformer
 from biomoe.model.moe.dispatch import LocalDispatcher
 from biomoe.model.moe.experts import Experts, build_backend
 from biomoe.model.moe.router import TopKRouter
@@ -186,7 +185,7 @@ def test_te_router_matches_torch_router():
     torch.testing.assert_close(a.aux_loss, b.aux_loss)
     torch.testing.assert_close(a.z_loss, b.z_loss)
     assert te_router.mean_router_entropy() == pytest.approx(torch_router.mean_router_entropy(), rel=1e-5)
-    for r, res in ((torch_router, a), (te_router, b)):
+    for res in (a, b):
         (res.expert_weights.sort(-1).values[:, 0].sum() + res.aux_loss).backward()
     torch.testing.assert_close(torch_router.gate.weight.grad, te_router.gate.weight.grad,
                                rtol=1e-4, atol=1e-6)
@@ -256,7 +255,7 @@ def train_losses(precision: str, steps: int = 50) -> list[float]:
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
     pattern = torch.tensor([4, 5, 6, 7, 5, 5, 4, 7, 6, 4, 4, 5, 7], device=DEV)
     losses = []
-    for step in range(steps):
+    for _ in range(steps):
         offset = torch.randint(0, 13, (8, 1), device=DEV)
         ids = pattern[(torch.arange(257, device=DEV) + offset) % 13]
         with runtime.autocast(), torch.autocast("cuda", dtype=torch.bfloat16):

@@ -18,3 +18,16 @@ class SignalAtStep(L.Callback):
                            batch: Any, batch_idx: int) -> None:
         if trainer.global_step == self.step:
             os.kill(os.getpid(), self.signum)
+
+
+class SignalDuringValidation(L.Callback):
+    """The signal in the middle of the validation that follows optimizer step ``step`` (after its
+    first batch), as a Ctrl-C pressed while a long first validation runs."""
+
+    def __init__(self, step: int, signum: str = "SIGINT") -> None:
+        self.step, self.signum = step, getattr(signal, signum)
+
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+                                batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        if not trainer.sanity_checking and trainer.global_step == self.step and batch_idx == 0:
+            os.kill(os.getpid(), self.signum)

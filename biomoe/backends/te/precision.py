@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch.distributed as dist

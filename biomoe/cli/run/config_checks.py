@@ -39,7 +39,7 @@ from biomoe.checks import (Check, boolean, choice, either, field_checks, folder,
 from biomoe.cli.run.config_values import MISSING, class_entries, lookup, plain
 from biomoe.data.config import DataConfig
 from biomoe.errors import GenomeInputError
-from biomoe.files import decode_user_text
+from biomoe.user_text import decode_user_text
 from biomoe.model.config import (BACKEND_CHOICES, LAYER_BACKEND_FIELDS, ModelConfig, OptimConfig,
                                  RuntimeConfig)
 
@@ -109,7 +109,8 @@ def _batches(value: Any) -> str | None:
         return None if value >= 0 else f"must be >= 0 batches, got {value}"
     if value > 1.0 and float(value).is_integer():
         return None  # a count parsed as float (some jsonargparse versions do); Lightning reads it as one
-    return None if 0.0 <= value <= 1.0 else f"a fraction must be in [0, 1] (or a whole number of batches), got {value:g}"
+    return (None if 0.0 <= value <= 1.0
+            else f"a fraction must be in [0, 1] (or a whole number of batches), got {value:g}")
 
 
 def _val_check_interval(value: Any) -> str | None:

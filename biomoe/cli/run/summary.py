@@ -1,5 +1,5 @@
-"""The end-of-``fit`` summary: where the checkpoints went, the training-curve plot, and held-out
-bits/base next to the Markov baseline.
+"""The end-of-``fit`` summary: where the checkpoints went and their size, the training-curve plot,
+and held-out bits/base next to the Markov baseline.
 
 It reads the numbers from :class:`~biomoe.training.history.MetricsHistory` (what every logger was
 sent), not from one logger's files, so it looks the same with CSV, TensorBoard or any other logger.
@@ -7,6 +7,7 @@ sent), not from one logger's files, so it looks the same with CSV, TensorBoard o
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,31 @@ from biomoe.training.history import MetricsHistory, RunRecord, find_history
 from biomoe.training.markov_baseline import MarkovBaseline
 from biomoe.training.plots import plot_training_curves
 
-__all__ = ["fit_summary"]
+__all__ = ["fit_summary", "format_size", "size_on_disk"]
 
 MONITOR = "val/bits_per_base"
 
 
+def size_on_disk(path: str | os.PathLike[str]) -> int:
+    """Bytes of a checkpoint file, or of every file in a distributed checkpoint's folder; 0 if gone."""
+    path = Path(path)
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size if path.is_file() else 0
+
+
+def format_size(size: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
 def _checkpoint_lines(trainer: Any) -> list[str]:
+    """One line per checkpoint with its size: every one is full (weights, the EMA average, optimizer
+    and loop state), which a resume needs and a recipe's best checkpoint needs for its averaged
+    weights (Lightning's weights-only files leave the average out), so a 100M-parameter run writes
+    gigabytes, and the summary says how many."""
     lines: list[str] = []
     seen: set[str] = set()
     for callback in trainer.checkpoint_callbacks:
@@ -31,12 +51,15 @@ def _checkpoint_lines(trainer: Any) -> list[str]:
         if best and best not in seen:
             seen.add(best)
             score = callback.best_model_score
-            note = f" (best {callback.monitor} {float(score):.4f})" if callback.monitor and score is not None else ""
-            lines.append(f"checkpoint: {best}{note}")
+            note = f"best {callback.monitor} {float(score):.4f}; " if callback.monitor and score is not None else ""
+            lines.append(f"checkpoint: {best} ({note}{format_size(size_on_disk(best))})")
         last = getattr(callback, "last_model_path", "")
         if last and last not in seen:
             seen.add(last)
-            lines.append(f"checkpoint: {last}")
+            lines.append(f"checkpoint: {last} ({format_size(size_on_disk(last))})")
+    if len(seen) > 1:
+        total = format_size(sum(size_on_disk(path) for path in seen))
+        lines.append(f"            {total} in all: each holds the optimizer state too, to resume from")
     return lines
 
 

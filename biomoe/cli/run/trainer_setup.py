@@ -15,14 +15,14 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar
 
-from biomoe.cli.run.config_values import class_name, entries
+from biomoe.cli.run.config_values import class_name, entries, get
 from biomoe.compat.lightning import attached_trainer
 from biomoe.errors import ConfigError
 from biomoe.training.genome_metrics import PerGenomeMetrics
 
-__all__ = ["ParameterSummary", "StepProgressBar", "available_accelerators", "check_accelerator", "check_logger_packages",
-           "install_model_summary", "install_per_genome_metrics", "install_progress_bar", "quiet_lightning_tips",
-           "set_matmul_precision"]
+__all__ = ["ParameterSummary", "StepProgressBar", "available_accelerators", "check_accelerator",
+           "check_logger_packages", "choose_cpu_precision", "install_model_summary", "install_per_genome_metrics",
+           "install_progress_bar", "quiet_lightning_tips", "runs_on_cpu", "set_matmul_precision"]
 
 # Logger class -> (packages any one of which it needs, the biomoe extra that installs one).
 LOGGER_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -90,6 +90,38 @@ def check_accelerator(accelerator: Any) -> None:
     if missing:
         raise ConfigError(f"trainer.accelerator: {name!r} is not available on this machine; it has: "
                           f"{', '.join(available_accelerators())} (or use auto)")
+
+
+GPU_PRECISIONS = frozenset({"bf16-mixed", "bf16-true", "bf16", "16-mixed", "16-true", "16"})
+"""``trainer.precision`` values that are fast only where hardware computes in 16 bits (GPUs): a CPU
+emulates them, and a recipe's bf16-mixed step ran about 18 times slower there than in 32-true."""
+
+CPU_PRECISION = "32-true"
+
+
+def runs_on_cpu(accelerator: Any) -> bool:
+    """Whether ``trainer.accelerator`` puts the run on the CPU (``cpu``, or ``auto`` on a machine
+    with neither a GPU nor MPS)."""
+    name = str(accelerator or "auto").lower()
+    return name == "cpu" or (name == "auto" and available_accelerators() == ["cpu"])
+
+
+def choose_cpu_precision(section: Any, given: set[str]) -> str | None:
+    """The recipes run unchanged on a CPU, and their GPU precision (bf16-mixed) made every step there
+    many times slower than fp32. A run on the CPU whose config gives a 16-bit precision runs in
+    32-true instead; one given as ``--trainer.precision`` on the command line (``given``: the
+    options there) is the user's choice and stays. ``section`` is one subcommand's parsed config,
+    changed in place. Returns the one line to print, or None when there is nothing to say."""
+    trainer = get(section, "trainer")
+    precision = get(trainer, "precision")
+    if precision is None or str(precision) not in GPU_PRECISIONS or not runs_on_cpu(get(trainer, "accelerator")):
+        return None
+    if "trainer.precision" in given:
+        return (f"biomoe: note: trainer.precision {precision} on a CPU, as given: it runs many times slower there "
+                f"than {CPU_PRECISION}")
+    trainer["precision"] = CPU_PRECISION
+    return (f"biomoe: note: running in {CPU_PRECISION} on this CPU: the config's trainer.precision {precision} is "
+            f"for GPUs and runs many times slower here (--trainer.precision {precision} keeps it)")
 
 
 def set_matmul_precision(accelerator: Any = None) -> str | None:

@@ -66,7 +66,8 @@ def cache_key(path: Path) -> str:
 def load_scan(scan_json: Path) -> FileScan | None:
     try:
         data = json.loads(scan_json.read_text())
-        return FileScan(data["compression"], bool(data["canonical"]), [(str(n), int(l)) for n, l in data["records"]],
+        return FileScan(data["compression"], bool(data["canonical"]),
+                        [(str(n), int(length)) for n, length in data["records"]],
                         [(int(o), int(b), int(w)) for o, b, w in data["layout"]],
                         [str(n) for n in data.get("empty", [])])
     except (OSError, ValueError, KeyError, TypeError):

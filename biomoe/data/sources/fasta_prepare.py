@@ -60,7 +60,8 @@ def prepare_file(path: Path, cache_dir: Path | None) -> PreparedFile:
             try:
                 write_normalised(path, scan.compression, readable)
             except (OSError, GenomeInputError) as exc:
-                raise GenomeInputError(path, f"needs a normalised copy but cache dir {cache} is not writable ({exc})") from None
+                raise GenomeInputError(path, f"needs a normalised copy but cache dir {cache} is not writable "
+                                             f"({exc})") from None
         fai = Path(str(readable) + ".fai")
         gzi = None
     layout = scan.layout if scan.canonical and len(scan.layout) == len(scan.records) else None

@@ -72,7 +72,8 @@ class Genome:
                 else:
                     self.contigs.append(ContigInfo(name, length, prep.source, file_index=file_index))
         if repeated:
-            shown = ", ".join(f"'{n}'" for n in repeated[:3]) + (f" (+{len(repeated) - 3} more)" if len(repeated) > 3 else "")
+            shown = ", ".join(f"'{n}'" for n in repeated[:3])
+            shown += f" (+{len(repeated) - 3} more)" if len(repeated) > 3 else ""
             example = next(c.name for c in self.contigs if c.record == repeated[0])
             warnings.warn(f"contig name {shown} occurs in several FASTA files; such contigs are named "
                           f"'<file>#<name>', e.g. '{example}'", stacklevel=2)
@@ -139,7 +140,8 @@ class Genome:
         try:
             now = file_signature(prep.source)
         except OSError:
-            raise GenomeInputError(prep.source, "was removed or became unreadable while biomoe was reading it") from None
+            raise GenomeInputError(prep.source,
+                                   "was removed or became unreadable while biomoe was reading it") from None
         if now != prep.signature:
             what = (f"size {prep.signature[2]:,} -> {now[2]:,} bytes" if now[2] != prep.signature[2] else
                     "replaced by another file" if now[:2] != prep.signature[:2] else

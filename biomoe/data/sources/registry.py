@@ -81,7 +81,8 @@ def _factory_for(item: str | os.PathLike[str]) -> ReaderFactory | None:
 
 def open_reader(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                 cache_dir: str | os.PathLike[str] | None = None) -> SequenceReader:
-    """A reader over ``paths``: the registered reader of their suffix, else FASTA (:class:`~biomoe.data.sources.genome.Genome`).
+    """A reader over ``paths``: the registered reader of their suffix, else FASTA
+    (:class:`~biomoe.data.sources.genome.Genome`).
 
     All files must be of one format; a mix is one :class:`GenomeInputError` naming both kinds.
     """

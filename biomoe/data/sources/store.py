@@ -32,16 +32,18 @@ from biomoe.data.sources.reader import ContigInfo
 from biomoe.data.sources.store_mask import MaskRuns
 from biomoe.data.sources.store_twobit import Exceptions, TwoBitFile, lower_case
 from biomoe.errors import GenomeInputError
-from biomoe.files import sha256_file, write_text
+from biomoe.data.sources.checksums import sha256_file
+from biomoe.files import write_text
 
 __all__ = ["FORMAT", "MANIFEST", "READABLE_VERSIONS", "VERSION", "StoreReader", "is_store", "read_store_manifest",
-           "sha256_file", "verify_shards"]
+           "verify_shards"]
 
 MANIFEST = "store.json"
 """The manifest's file name inside a store folder: a folder holding it is a store."""
 FORMAT = "biomoe-sequence-store"
 VERSION = 2
-"""Version 2 may keep a shard's soft-mask runs in a compressed file beside it (:mod:`~biomoe.data.sources.store_mask`)."""
+"""Version 2 may keep a shard's soft-mask runs in a compressed file beside it
+(:mod:`~biomoe.data.sources.store_mask`)."""
 READABLE_VERSIONS = (1, 2)
 
 

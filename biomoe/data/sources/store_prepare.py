@@ -22,14 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from biomoe.data.sources.corpus import read_manifest, read_splits
+from biomoe.data.sources.corpus import read_manifest
+from biomoe.data.sources.corpus_splits import read_splits
 from biomoe.data.sources.fasta_paths import resolve_fasta_paths
 from biomoe.data.sources.genome import Genome
-from biomoe.data.sources.store import FORMAT, MANIFEST, VERSION, is_store, read_store_manifest, sha256_file, verify_shards
+from biomoe.data.sources.checksums import sha256_file
+from biomoe.data.sources.store import FORMAT, MANIFEST, VERSION, is_store, read_store_manifest, verify_shards
 from biomoe.data.sources.store_mask import encode_mask_runs, without_mask
 from biomoe.data.sources.store_twobit import EncodedRecord, RecordEncoder, iter_pieces, write_twobit
 from biomoe.errors import GenomeInputError
-from biomoe.files import TEMP_MARK, check_not_input, protect_inputs, sweep_stale_temps
+from biomoe.output_checks import check_not_input, protect_inputs
+from biomoe.temporaries import TEMP_MARK, sweep_stale_temps
 
 __all__ = ["DEFAULT_SHARD_BASES", "SOFT_MASK_PLACES", "PrepareResult", "prepare_store", "resolve_inputs"]
 

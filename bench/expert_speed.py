@@ -1,7 +1,7 @@
 """What an MoE step costs against its dense twin: each model alone on the GPU, as users train.
 
 Every contender is a fresh ``cli.py fit`` process of ``configs/corpus-study.yaml`` on the given
-store with only the model changed (the variants of :func:`biomoe.bench.experts.variant_settings`,
+store with only the model changed (the variants of :func:`bench.expert_contenders.variant_settings`,
 at equal active parameters), run **alone**; rounds interleave the contenders so that drift of the
 machine falls on all of them. A run trains ``--steps`` steps with no validation; its tokens/s is
 the median of the rates the fit itself logs after the first half of its steps (compilation and
@@ -9,7 +9,7 @@ warm-up excluded), its peak memory the allocator's high-water mark the fit logs.
 ``6 · active parameters · tokens + 6 · layers · hidden · sequence · tokens`` (matmuls forward and
 backward, causal attention scores and values counted whole) against the GPU's bf16 dense peak.
 
-    python -m biomoe.bench.experts speed --data subset.store --sizes base,4x \\
+    python -m bench.experts speed --data subset.store --sizes base,4x \\
         --variants dense,moe,fine,fine64 --kernels default,torch --rounds 3 --out results/experts/speed
 """
 
@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 from biomoe.files import write_text
+
+from bench.expert_contenders import contender_args
 
 TORCH_KERNELS = ["--model.runtime.norm_backend", "torch", "--model.runtime.attention_backend", "torch",
                  "--model.runtime.router_backend", "torch", "--model.runtime.dispatch_backend", "torch"]
@@ -65,8 +67,6 @@ def read_run(run_dir: Path) -> dict:
 
 
 def speed(args: argparse.Namespace) -> int:
-    from biomoe.bench.experts import contender_args
-
     out, runs = Path(args.out), Path(args.runs)
     contenders = [(size, variant, kernels) for size in args.sizes.split(",") for kernels in args.kernels.split(",")
                   for variant in args.variants.split(",")]
@@ -87,7 +87,8 @@ def speed(args: argparse.Namespace) -> int:
             entry = results.setdefault(name, {"size": size, "variant": variant, "kernels": kernels,
                                               "command": " ".join(["python"] + cmd[1:]), "runs": []})
             if code != 0:
-                print(f"{name} round {round_ + 1}: exit {code} (see {run_dir / 'fit.log'})", file=sys.stderr, flush=True)
+                print(f"{name} round {round_ + 1}: exit {code} (see {run_dir / 'fit.log'})", file=sys.stderr,
+                      flush=True)
                 entry["runs"].append({"exit": code})
                 continue
             run = read_run(run_dir)
@@ -103,7 +104,7 @@ def speed(args: argparse.Namespace) -> int:
 def _write(args: argparse.Namespace, out: Path, results: dict[str, dict]) -> str:
     gpu = args.machine or _gpu_name()
     table = summarise(results, gpu)
-    command = args.command or " ".join(["python -m biomoe.bench.experts speed"] + sys.argv[2:])
+    command = args.command or " ".join(["python -m bench.experts speed"] + sys.argv[2:])
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "speed.json", json.dumps({"command": command, "machine": gpu, "steps": args.steps,
                                                "contenders": table}, indent=1) + "\n")
@@ -149,7 +150,8 @@ def speed_markdown(rows: list[dict], gpu: str, command: str) -> str:
         mfu = f"{r['mfu']:.1%}" if r.get("mfu") is not None else "–"
         ratio = f"{r['vs_dense']:.2f}x" if "vs_dense" in r else "–"
         lines.append(f"| {r['size']} | {r['variant']} | {r['kernels']} | {r['tokens_per_s'] / 1e3:.0f}k | "
-                     f"{lo / 1e3:.0f}k–{hi / 1e3:.0f}k | {ratio} | {r['tflops']:.0f} | {mfu} | {r['peak_memory_gib']:.1f} |")
+                     f"{lo / 1e3:.0f}k–{hi / 1e3:.0f}k | {ratio} | {r['tflops']:.0f} | {mfu} | "
+                     f"{r['peak_memory_gib']:.1f} |")
     return "\n".join(lines) + f"\n\n```bash\n{command}\n```\n"
 
 

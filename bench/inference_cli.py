@@ -22,11 +22,12 @@ from pathlib import Path
 
 __all__ = ["CommandRun", "accepted_options", "build_argv", "exit_error", "parse_report", "run_command"]
 
-CLI = Path(__file__).resolve().parents[2] / "cli.py"
+CLI = Path(__file__).resolve().parents[1] / "cli.py"
 """The command line users run (``python cli.py``), for commands timed in a fresh process."""
 
 _OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
-_REPORT = re.compile(r"(?P<verb>scored|embedded|generated)\s+(?P<n>[\d,]+)\s+(?:bases|variants)\s+in\s+(?P<t>[\d.]+)\s*s"
+_REPORT = re.compile(r"(?P<verb>scored|embedded|generated)\s+(?P<n>[\d,]+)\s+(?:bases|variants)\s+"
+                     r"in\s+(?P<t>[\d.]+)\s*s"
                      r"(?:[^\n]*?(?P<steps>[\d,.]+)\s+steps/s)?")
 
 

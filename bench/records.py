@@ -10,7 +10,7 @@ import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from biomoe.bench.shapes import BenchShape
+from bench.shapes import BenchShape
 
 BASELINE = "hf-bf16-fused"
 """Every ratio is against this contender on the same shape and tokens per step: HF Mixtral in pure

@@ -11,9 +11,9 @@ steps on the host clock, each end taken after a device sync; the runner logs eve
 median over the steps after ``--warmup``. Peak memory is rank 0's ``allocated_bytes.all.peak``
 from Lightning's ``DeviceStatsMonitor``. Model FLOPs use ``BenchShape.flops_per_step``.
 
-    python -m biomoe.bench.scaling run --config configs/mixtral-8x7b-ep8.yaml --layers 2 \
+    python -m bench.scaling run --config configs/mixtral-8x7b-ep8.yaml --layers 2 \
         --layouts 1x1,1x2,1x4,2x2 --precisions bf16,fp8-block --out results/scaling/raw
-    python -m biomoe.bench.scaling report results/scaling/raw --out results/scaling
+    python -m bench.scaling report results/scaling/raw --out results/scaling
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ from pathlib import Path
 
 import yaml
 
-from biomoe.bench.report import environment
-from biomoe.bench.shapes import BenchShape
+from bench.report import environment
+from bench.shapes import BenchShape
 from biomoe.files import atomic_path, write_text
-from biomoe.bench.timing import PEAK_BF16_TFLOPS
+from bench.timing import PEAK_BF16_TFLOPS
 from biomoe.model.config import ModelConfig, OptimConfig
 from biomoe.backends.te.precision import parse_precision
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PEAK_KEY_SUFFIX = "allocated_bytes.all.peak"
 
 
@@ -289,7 +289,7 @@ def fit(cfg: dict, run_dir: Path, timeout_s: float, cli_args: list[str] = ()) ->
     The fit runs in its own process group, and a timeout kills the whole group: Lightning starts
     ranks 1..N-1 as children of rank 0, and killing rank 0 alone would leave them holding their
     GPUs (blocked in a collective) while the next point starts. Being outside the runner's group,
-    the fit no longer gets the runner's SIGTERM (``timeout 300 python -m biomoe.bench.scaling``),
+    the fit no longer gets the runner's SIGTERM (``timeout 300 python -m bench.scaling``),
     so SIGTERM is turned into an exit that kills the group first. A lock on ``run_dir`` refuses a
     second runner writing the same point (its config, log and CSVLogger version would mix)."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -390,8 +390,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     failures = 0
     layers = args.layers or shape_of(base).layers  # the config's depth, or the model's default
-    ac = (bool(base["model"].get("runtime", {}).get("activation_checkpointing")) if args.activation_checkpointing is None
-          else args.activation_checkpointing)
+    ac = (bool(base["model"].get("runtime", {}).get("activation_checkpointing"))
+          if args.activation_checkpointing is None else args.activation_checkpointing)
     for precision in precisions:
         for layout in layouts:
             name = point_name(model, layers, precision, layout, ac)
@@ -444,7 +444,7 @@ def report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m biomoe.bench.scaling", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="short fits, one per precision x layout; one JSON per point")
     r.add_argument("--config", default="configs/mixtral-8x7b-ep8.yaml")

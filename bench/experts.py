@@ -7,12 +7,12 @@ shared device. The held-out strains and species are validation files, so every v
 their bits/base per genome: the learning curves that the report groups by the corpus split
 (seen species = the last 1 % of every training genome; held-out strains; held-out species).
 
-    python -m biomoe.bench.experts subset data/large/corpus data/corpus-splits.tsv /tmp/corpus-subset \
+    python -m bench.experts subset data/large/corpus data/corpus-splits.tsv /tmp/corpus-subset \
         --train-bases 2000000 --heldout-bases 400000
     python cli.py prepare /tmp/corpus-subset --splits data/corpus-splits.tsv --out /tmp/subset.store
-    python -m biomoe.bench.experts run --data /tmp/subset.store --sizes base --variants moe,dense,top1,fine,auxfree \
+    python -m bench.experts run --data /tmp/subset.store --sizes base --variants moe,dense,top1,fine,auxfree \
         --steps 1500 --out runs/experts
-    python -m biomoe.bench.experts report runs/experts --splits data/corpus-splits.tsv --out results/experts
+    python -m bench.experts report runs/experts --splits data/corpus-splits.tsv --out results/experts
 
 Variants are the ones the MoE literature says make experts pay, each at equal active parameters
 per token: ``top1`` (one expert of twice the width, Switch), ``fine`` (4x as many experts of a
@@ -36,34 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from biomoe.data.sources.corpus import read_records, read_splits
+from biomoe.data.sources.corpus_records import read_records
+from biomoe.data.sources.corpus_splits import read_splits
 from biomoe.files import write_text
 
-CONFIG = "configs/corpus-study.yaml"
-
-SIZES: dict[str, dict[str, int]] = {
-    # configs/genome.yaml's network (and configs/pretrain-corpus.yaml's)
-    "base": {"hidden_size": 512, "num_heads": 8, "num_kv_heads": 4, "ffn_hidden_size": 1024},
-    # about 4x the parameters: twice the width everywhere
-    "4x": {"hidden_size": 1024, "num_heads": 16, "num_kv_heads": 8, "ffn_hidden_size": 2048},
-}
-
-
-def variant_settings(variant: str, ffn: int) -> dict[str, object]:
-    """``model.config`` overrides of a variant, at equal active parameters per token (2 x ffn)."""
-    table: dict[str, dict[str, object]] = {
-        "moe": {},
-        "dense": {"moe_layers": []},  # a dense block's width defaults to ffn * top_k
-        "top1": {"top_k": 1, "ffn_hidden_size": 2 * ffn},
-        "fine": {"num_experts": 32, "top_k": 8, "ffn_hidden_size": ffn // 4},
-        "fine64": {"num_experts": 64, "top_k": 8, "ffn_hidden_size": ffn // 4},
-        "auxfree": {"router_bias_update_rate": 0.001, "aux_loss_coef": 0.0},
-        "shared": {"top_k": 1, "shared_expert_size": ffn},  # one routed expert beside a shared one
-    }
-    if variant not in table:
-        raise SystemExit(f"biomoe: error: --variants: unknown variant '{variant}' (known: {', '.join(table)})")
-    return table[variant]
-
+from bench.expert_contenders import contender_args
 
 # -- the subset that travels ----------------------------------------------------------------------
 def _wrap(seq: str, width: int = 80) -> str:
@@ -113,18 +90,6 @@ def subset(args: argparse.Namespace) -> int:
 
 
 # -- running the contenders side by side -------------------------------------------------------
-def contender_args(size: str, variant: str, data: str, steps: int, evaluations: int, run_dir: Path,
-                   extra: list[str]) -> list[str]:
-    cfg = dict(SIZES[size])
-    cfg.update(variant_settings(variant, SIZES[size]["ffn_hidden_size"]))
-    args = [sys.executable, "cli.py", "fit", "--config", CONFIG, "--data.fasta", data,
-            "--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(max(1, steps // evaluations)),
-            "--trainer.default_root_dir", str(run_dir), "--trainer.logger.init_args.save_dir", str(run_dir)]
-    for key, value in cfg.items():
-        args += [f"--model.config.{key}", json.dumps(value)]
-    return args + list(extra)
-
-
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -253,7 +218,8 @@ def markdown(contenders: list[Contender], command: str) -> str:
     lines = [f"Held-out bits/base after {common / 1e6:.1f}M training tokens (every contender's validation at that "
              "point; mean over the genomes of each group), the tokens each needed to reach the dense model's "
              "bits/base there, throughput side by side on one GPU and wall time.", "",
-             "| model | " + " | ".join(groups) + " | tokens to dense's (held-out strains / species) | tokens/s (side by side) | wall |",
+             "| model | " + " | ".join(groups) + " | tokens to dense's (held-out strains / species) | "
+             "tokens/s (side by side) | wall |",
              "| --- | " + " | ".join("---:" for _ in groups) + " | ---: | ---: | ---: |"]
     for c in contenders:
         cells = [_bits(at_tokens(c, g, common)) for g in groups]
@@ -266,7 +232,8 @@ def markdown(contenders: list[Contender], command: str) -> str:
         wall = f"{c.wall_s:.0f} s" if c.wall_s else "–"
         lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {' / '.join(ratios)} | {speed} | {wall} |")
     lines += ["", "At each run's last validation (runs stopped by the time limit end earlier):", "",
-              "| model | tokens | " + " | ".join(groups) + " |", "| --- | ---: | " + " | ".join("---:" for _ in groups) + " |"]
+              "| model | tokens | " + " | ".join(groups) + " |",
+              "| --- | ---: | " + " | ".join("---:" for _ in groups) + " |"]
     for c in contenders:
         last = max((p[0] for pts in c.curve.values() for p in pts), default=0)
         cells = [_bits(at_tokens(c, g, last)) for g in groups]
@@ -314,7 +281,7 @@ def report(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = args.command or " ".join(["python -m biomoe.bench.experts report", args.runs])
+    command = args.command or " ".join(["python -m bench.experts report", args.runs])
     write_text(out / "summary.json", json.dumps({"command": command, "machine": args.machine,
                                                  "contenders": [asdict(c) for c in contenders],
                                                  "without_curve": missing}, indent=1) + "\n")
@@ -328,7 +295,7 @@ def report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m biomoe.bench.experts", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.experts", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
     s = sub.add_parser("subset", help="a species-balanced subset of the corpus, as FASTA")
     s.add_argument("corpus")
@@ -352,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--command", default="", help="the command line to record in the summary")
     p.add_argument("--machine", default="", help="the machine the runs ran on, to record in the summary")
-    from biomoe.bench.expert_speed import add_parser, speed
+    from bench.expert_speed import add_parser, speed
 
     add_parser(sub)
     args = parser.parse_args(argv)

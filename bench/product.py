@@ -38,12 +38,12 @@ import yaml
 from lightning.pytorch.plugins.io import CheckpointIO
 from torch.utils.data import DataLoader, Dataset
 
-from biomoe.bench.shapes import BenchShape
-from biomoe.bench.timing import KernelCounter, StepClock
+from bench.shapes import BenchShape
+from bench.timing import KernelCounter, StepClock
 from biomoe.cli.lightning_cli import BioMoECLI, run_lightning_cli
 from biomoe.compat.lightning import detach_model_logging
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "dna-small.yaml"
 BUNDLED_FASTA = ROOT / "data" / "lambda_virus.fa.gz"
 """Given as ``data.fasta`` so the datamodule the CLI builds points at a file that exists everywhere;
@@ -166,6 +166,9 @@ def cli_args(config_path: Path, shape: BenchShape, precision: str, max_steps: in
             *data_args,
             f"--data.seq_length={shape.seq}",
             f"--data.batch_size={shape.micro_batch}"]
+    shipped_precision = (config.get("trainer") or {}).get("precision")
+    if shipped_precision is not None:  # as shipped, also on a CPU (where the CLI would pick fp32 unless told)
+        args.append(f"--trainer.precision={shipped_precision}")
     logger = (config.get("trainer") or {}).get("logger")
     if isinstance(logger, dict) and "save_dir" in (logger.get("init_args") or {}):
         args.append(f"--trainer.logger.init_args.save_dir={root}")

@@ -1,4 +1,4 @@
-"""``python -m biomoe.bench``: Hugging Face Mixtral against biomoe, on one GPU, in one process.
+"""``python -m bench``: Hugging Face Mixtral against biomoe, on one GPU, in one process.
 
 Every row trains the same shape on the same token batch and is timed the same way: HF baselines
 (pure bf16 + fused AdamW, fp32 weights under bf16 autocast + fused AdamW, the eager experts loop),
@@ -6,14 +6,14 @@ biomoe's bare training loop, and the product path — a Lightning Trainer built 
 config exactly as ``cli.py fit`` builds it. Writes ``bench.json`` (one record per row), ``bench.md``
 and ``bench.png`` into ``--out``, rewritten after every row.
 
-    python -m biomoe.bench                      # full sweep (~14 min on an H200)
-    python -m biomoe.bench --quick              # one shape, bf16, few steps (~1-2 min)
-    python -m biomoe.bench --rows '*@16384/*/fp8-block'   # only matching rows (+ their baseline)
-    python -m biomoe.bench --list               # print the row ids and exit
-    python -m biomoe.bench --inference          # also the inference rows (written to inference.json/.md)
-    python -m biomoe.bench --inference-only     # only the inference rows
+    python -m bench                      # full sweep (~14 min on an H200)
+    python -m bench --quick              # one shape, bf16, few steps (~1-2 min)
+    python -m bench --rows '*@16384/*/fp8-block'   # only matching rows (+ their baseline)
+    python -m bench --list               # print the row ids and exit
+    python -m bench --inference          # also the inference rows (written to inference.json/.md)
+    python -m bench --inference-only     # only the inference rows
 
-Inference rows (:mod:`biomoe.bench.inference`) time ``score-fasta``, ``embed``, ``score-variants`` and
+Inference rows (:mod:`bench.inference`) time ``score-fasta``, ``embed``, ``score-variants`` and
 ``generate`` on a genome against HF Mixtral loaded from the export of the same weights, after the
 training rows: each run a fresh process, as users run the commands (cold, then warm), unless
 ``--inference-in-process``.
@@ -34,14 +34,14 @@ import torch
 
 from biomoe.backends.te.availability import device_info, te_usable
 from biomoe.backends.te.precision import resolve_precision, te_support_checker
-from biomoe.bench.inference import INFERENCE_TASKS, InferenceSettings, default_fasta, plan_inference, run_inference
-from biomoe.bench.models import Contender, ReferenceInit, build_biomoe, build_hf, reference_init
-from biomoe.bench.product import CLI_VARIANTS, DEFAULT_CONFIG, config_expert_backend, read_config, run_cli
-from biomoe.bench.profile import profile_steps
-from biomoe.bench.records import BASELINE, BenchRecord, Row, combine_runs, fill_ratios, select_rows
-from biomoe.bench.report import environment, report_dict, write_report
-from biomoe.bench.shapes import DEFAULT_CASES, QUICK_CASES, SHAPE_RECIPES, SHAPES, BenchShape, parse_case
-from biomoe.bench.timing import free_memory, peak_memory_gb, throughput, time_training
+from bench.inference import INFERENCE_TASKS, InferenceSettings, default_fasta, plan_inference, run_inference
+from bench.models import Contender, ReferenceInit, build_biomoe, build_hf, reference_init
+from bench.product import CLI_VARIANTS, DEFAULT_CONFIG, config_expert_backend, read_config, run_cli
+from bench.profile import profile_steps
+from bench.records import BASELINE, BenchRecord, Row, combine_runs, fill_ratios, select_rows
+from bench.report import environment, report_dict, write_report
+from bench.shapes import DEFAULT_CASES, QUICK_CASES, SHAPE_RECIPES, SHAPES, BenchShape, parse_case
+from bench.timing import free_memory, peak_memory_gb, throughput, time_training
 from biomoe.errors import ConfigError
 from biomoe.files import write_text
 from biomoe.precisions import PRECISIONS, parse_precision
@@ -321,7 +321,7 @@ def seq_sweep(ctx: BenchContext, start: int, maximum: int, backend: str) -> list
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m biomoe.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=None,
                         help=f"comma list of name@tokens_per_step (default {','.join(DEFAULT_CASES)})")
@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = BenchContext(device, config_path, args.warmup, args.steps, args.loop_backend, args.independent_init,
                        fasta)
     unsupported = precision_support(device, sorted({row.precision for row in rows}))
-    command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "biomoe.bench",
+    command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "-m", "bench",
                                                 *(sys.argv[1:] if argv is None else argv)])
     tokens = ("random A/C/G/T ids (seed 0)" if fasta is None else
               f"windows of {fasta.name} at offsets drawn with seed 0")
@@ -498,7 +498,8 @@ def main(argv: list[str] | None = None) -> int:
             for row in case_rows:
                 if row.precision in unsupported:
                     if round_index == 0:
-                        runs[row.id].append(BenchRecord.for_row(row, status="skipped", error=unsupported[row.precision]))
+                        runs[row.id].append(BenchRecord.for_row(row, status="skipped",
+                                                                error=unsupported[row.precision]))
                     continue
                 record = measure(row, ctx)
                 runs[row.id].append(record)

@@ -19,8 +19,8 @@ from typing import Callable
 
 import torch
 
-from biomoe.bench.models import Contender
-from biomoe.bench.shapes import BenchShape
+from bench.models import Contender
+from bench.shapes import BenchShape
 from biomoe.training.step_graph import GraphedStep
 
 PEAK_BF16_TFLOPS = 790.0

@@ -7,7 +7,7 @@ and written (28 bytes with fp32 state, 24 with remainders or a bf16 first moment
 torch's AdamW on bf16 weights moves 14). Gradients are random: the kernels' time does not depend
 on the values.
 
-    python -m biomoe.bench.optimizer_step --shape mixtral-2layer --out results/bench/optimizer-step
+    python -m bench.optimizer_step --shape mixtral-2layer --out results/bench/optimizer-step
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def contenders(te: bool) -> list[tuple[str, int, Factory]]:
 
 def time_ms(fn: Callable[[], Any], iters: int, warmup: int, device: torch.device) -> list[float]:
     """Per-call times in ms of ``iters`` calls after ``warmup`` (the bench's :class:`StepClock`)."""
-    from biomoe.bench.timing import StepClock
+    from bench.timing import StepClock
 
     clock = StepClock(device)
     for _ in range(warmup + iters):
@@ -90,14 +90,14 @@ def measure(params: list[torch.Tensor], rows: list[tuple[str, int, Factory]], it
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m biomoe.bench.optimizer_step", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", default="mixtral-2layer", help="a benchmark shape (biomoe.bench.shapes.SHAPES)")
+    parser = argparse.ArgumentParser(prog="python -m bench.optimizer_step", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", default="mixtral-2layer", help="a benchmark shape (bench.shapes.SHAPES)")
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--out", type=Path, required=True, help="folder for optimizer-step.json")
     args = parser.parse_args(argv)
     from biomoe.backends.te.availability import te_usable
-    from biomoe.bench.models import build_biomoe
-    from biomoe.bench.shapes import SHAPES
+    from bench.models import build_biomoe
+    from bench.shapes import SHAPES
 
     if not torch.cuda.is_available():
         print("optimizer_step: error: needs a CUDA GPU", file=sys.stderr)
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     record = {"shape": args.shape, "parameters": sum(p.numel() for p in params), "tensors": len(params),
               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "command": "python -m biomoe.bench.optimizer_step " + " ".join(argv or sys.argv[1:]), "rows": results}
+              "command": "python -m bench.optimizer_step " + " ".join(argv or sys.argv[1:]), "rows": results}
     write_text(args.out / "optimizer-step.json", json.dumps(record, indent=1) + "\n")
     return 0
 

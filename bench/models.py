@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from biomoe.bench.shapes import BenchShape
+from bench.shapes import BenchShape
 from biomoe.build import build_model
 from biomoe.model.config import ModelConfig, RuntimeConfig
 from biomoe.model.losses import masked_cross_entropy

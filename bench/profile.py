@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from biomoe.bench.models import Contender
-from biomoe.bench.timing import make_train_step
+from bench.models import Contender
+from bench.timing import make_train_step
 
 
 def profile_steps(contender: Contender, ids: torch.Tensor, labels: torch.Tensor, steps: int = 3,

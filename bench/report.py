@@ -11,14 +11,14 @@ from typing import Any
 
 import torch
 
-from biomoe.bench.records import BASELINE, BenchRecord
-from biomoe.bench.shapes import BenchShape
-from biomoe.bench.timing import PEAK_BF16_TFLOPS
+from bench.records import BASELINE, BenchRecord
+from bench.shapes import BenchShape
+from bench.timing import PEAK_BF16_TFLOPS
 from biomoe.files import save_figure, write_text
 
 TIMING_NOTE = ("tokens/s = tokens per step / median step time over the timed steps after warm-up, the median "
-               "of the row's runs (interleaved with the other rows of its shape; range = slowest and fastest run); a step "
-               "is timed from its start to the next step's start with CUDA events (for biomoe-cli: "
+               "of the row's runs (interleaved with the other rows of its shape; range = slowest and fastest run); "
+               "a step is timed from its start to the next step's start with CUDA events (for biomoe-cli: "
                "Lightning's on_train_batch_start of consecutive batches, so the data loader, every hook, "
                "callback and logger call between steps is included); peak_mem_gb is "
                "torch.cuda.max_memory_allocated over the whole row (reset before it); host ms = host time of one "
@@ -50,7 +50,7 @@ def environment(device: torch.device | None = None) -> dict[str, Any]:
     try:
         info["biomoe_commit"] = subprocess.run(
             ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10,
-            cwd=Path(__file__).resolve().parents[2]).stdout.strip() or None
+            cwd=Path(__file__).resolve().parents[1]).stdout.strip() or None
     except Exception:
         info["biomoe_commit"] = None
     return info

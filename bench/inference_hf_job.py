@@ -1,8 +1,8 @@
 """One Hugging Face job in its own process: the baseline of an inference row as a user would run it.
 
-``python -m biomoe.bench.inference_hf_job score-fasta --export HF_DIR --fasta G.fa --out result.json``
+``python -m bench.inference_hf_job score-fasta --export HF_DIR --fasta G.fa --out result.json``
 imports torch and transformers, loads ``MixtralForCausalLM`` with ``from_pretrained``, does the job
-(:mod:`biomoe.bench.inference_hf`) and writes its result: the process's whole wall time is what the
+(:mod:`bench.inference_hf`) and writes its result: the process's whole wall time is what the
 bench compares with ``python cli.py score-fasta ...`` in a fresh process. The JSON holds the work
 done, the job's time after the model was on the device (``compute_seconds``) and what it computed.
 """
@@ -19,7 +19,7 @@ JOBS = ("score-fasta", "embed", "score-variants", "generate")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m biomoe.bench.inference_hf_job", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.inference_hf_job", description=__doc__.split("\n")[0])
     parser.add_argument("job", choices=JOBS)
     parser.add_argument("--export", type=Path, required=True, help="the HF folder export-hf wrote")
     parser.add_argument("--out", type=Path, required=True, help="the result JSON")
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from biomoe.bench import inference_hf as hf
+    from bench import inference_hf as hf
     from biomoe.files import write_text
 
     device = torch.device(args.device)

@@ -1,4 +1,4 @@
-"""Inference rows of ``python -m biomoe.bench``: biomoe's commands against HF Mixtral, same weights.
+"""Inference rows of ``python -m bench``: biomoe's commands against HF Mixtral, same weights.
 
 For every network (a config's ``model.config``: ``genome`` = configs/genome.yaml, ``dna-small`` =
 configs/dna-small.yaml, or a YAML path) the bench writes a randomly initialised checkpoint in the
@@ -6,7 +6,7 @@ format ``cli.py fit`` writes (throughput does not depend on the weights' values)
 :func:`biomoe.interop.hf.export_hf`, and times, on one genome:
 
 * ``score-fasta`` (bases/s): the command, against HF scoring the same windows
-  (:func:`~biomoe.bench.inference_hf.hf_score_fasta`);
+  (:func:`~bench.inference_hf.hf_score_fasta`);
 * ``embed`` (bases/s): ``--pool window``, against HF's last hidden state pooled the same way;
 * ``score-variants`` (variants/s): random SNVs of the genome, against HF summing the ref and alt
   windows' log-likelihoods;
@@ -14,7 +14,7 @@ format ``cli.py fit`` writes (throughput does not depend on the weights' values)
   with a static cache.
 
 Every run is a fresh process, as users run the commands (``python cli.py ...`` against ``python -m
-biomoe.bench.inference_hf_job ...``; ``fresh_process=False`` runs both in this process, a diagnostic).
+bench.inference_hf_job ...``; ``fresh_process=False`` runs both in this process, a diagnostic).
 Each contender runs once cold (its wall time is the row's ``cold_seconds``), then ``repeats`` times
 interleaved with its HF baseline (biomoe, HF, biomoe, HF, ...); every run is kept in the record's
 ``runs`` and the record gives the median and range. The rate of score-fasta, embed and
@@ -48,14 +48,14 @@ import numpy as np
 import torch
 import yaml
 
-from biomoe.bench.inference_cli import build_argv, exit_error, run_command
+from bench.inference_cli import build_argv, exit_error, run_command
 from biomoe.files import write_text
 
 __all__ = ["INFERENCE_TASKS", "InferenceRecord", "InferenceSettings", "NETWORKS", "default_fasta",
            "forward_flops_per_token", "inference_markdown", "network_config", "plan_inference",
            "run_inference", "write_bench_checkpoint", "write_random_snvs"]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 NETWORKS = {"genome": ROOT / "configs" / "genome.yaml", "dna-small": ROOT / "configs" / "dna-small.yaml"}
 GENOMES = (ROOT / "data" / "large" / "ecoli536_NC_008253.fna.gz", ROOT / "data" / "yeast_chrI.fna.gz")
 INFERENCE_TASKS = ("score-fasta", "embed", "score-variants", "generate")
@@ -203,7 +203,7 @@ class InferenceSettings:
     work_dir: Path | None = None
     fresh_process: bool = True
     """Each run a new process, as users run the commands (biomoe: ``python cli.py ...``; HF:
-    ``python -m biomoe.bench.inference_hf_job ...``); False runs both inside this process, warm, a
+    ``python -m bench.inference_hf_job ...``); False runs both inside this process, warm, a
     diagnostic of the steady state."""
 
     def as_dict(self) -> dict[str, Any]:
@@ -294,7 +294,7 @@ def _biomoe_run(argv: list[str], missing: list[str], device: torch.device, work:
 
 def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fasta: Path, variants: Path,
                 genome_bases: int, s: InferenceSettings, work: Path) -> list[Task]:
-    from biomoe.bench import inference_hf as hf
+    from bench import inference_hf as hf
     from biomoe.inference.batching import default_batch_tokens
 
     device = s.device
@@ -355,7 +355,7 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
 
 def _generate_task(label: str, n: int, ckpt: Path, export: Path, s: InferenceSettings, work: Path,
                    have_hf: bool) -> Task:
-    from biomoe.bench import inference_hf as hf
+    from bench import inference_hf as hf
 
     device = s.device
     fresh = s.fresh_process
@@ -386,9 +386,9 @@ def _generate_task(label: str, n: int, ckpt: Path, export: Path, s: InferenceSet
 
 
 def _hf_fresh(args: list[object], result: Path) -> dict[str, Any]:
-    """An HF job (:mod:`biomoe.bench.inference_hf_job`) in a new process, timed from its start to its
+    """An HF job (:mod:`bench.inference_hf_job`) in a new process, timed from its start to its
     exit; its result file gives the work, the time after loading and what it computed."""
-    command = [sys.executable, "-m", "biomoe.bench.inference_hf_job", *map(str, args), "--out", str(result)]
+    command = [sys.executable, "-m", "bench.inference_hf_job", *map(str, args), "--out", str(result)]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     seconds = time.perf_counter() - started
@@ -469,7 +469,8 @@ def measure_task(label: str, task: Task, config: dict[str, Any], s: InferenceSet
                 records[name].cold_rate = warm["work"] / warm["seconds"]
         except Exception as err:
             traceback.print_exc()
-            records[name].status, records[name].error = "error", f"{type(err).__name__}: {' '.join(str(err).split())}"[:500]
+            records[name].status, records[name].error = (
+                "error", f"{type(err).__name__}: {' '.join(str(err).split())}"[:500])
     for repeat in range(s.repeats):
         for name, run in contenders:
             if records[name].status != "ok":
@@ -483,7 +484,8 @@ def measure_task(label: str, task: Task, config: dict[str, Any], s: InferenceSet
                                           if result.get("compute_seconds") else ""))
             except Exception as err:
                 traceback.print_exc()
-                records[name].status, records[name].error = "error", f"{type(err).__name__}: {' '.join(str(err).split())}"[:500]
+                records[name].status, records[name].error = (
+                    "error", f"{type(err).__name__}: {' '.join(str(err).split())}"[:500])
     if task.close is not None:
         task.close()
     for name, _ in contenders:
@@ -585,7 +587,7 @@ def _plain_fasta(source: Path, work: Path) -> Path:
 def timing_note(fresh: bool) -> str:
     """How the rows were timed, for the report."""
     how = ("every run is a new process, as a user runs it (biomoe: `python cli.py COMMAND ...`; HF: "
-           "`python -m biomoe.bench.inference_hf_job JOB ...`), timed from its start to its exit: the "
+           "`python -m bench.inference_hf_job JOB ...`), timed from its start to its exit: the "
            "interpreter, imports, checkpoint verification and load (HF: from_pretrained to the device), "
            "reading the genome, the forwards and the written result. The first run of each contender is the "
            "cold one (cold_seconds, cold_rate: nothing of it imported, compiled or verified before); then "
@@ -629,13 +631,15 @@ def inference_markdown(report: dict[str, Any]) -> str:
         lines += [f"## {network}", "",
                   "| task | contender | rate | range | basis | wall rate | compute rate | steps/s | vs HF | "
                   "TFLOP/s | peak GB | cold wall | warm wall | runs | status |",
-                  "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+                  "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | "
+                  "---: | ---: | ---: | ---: | ---: | --- |"]
         for r in (r for r in records if r["network"] == network):
             status = r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:120]}"
             span = "—" if r.get("rate_min") is None else f"{r['rate_min']:,.0f}–{r['rate_max']:,.0f}"
             ratio = "—" if r.get("ratio_vs_hf") is None else f"{r['ratio_vs_hf']:.2f}×"
             lines.append(f"| {r['task']} | {r['contender']} | {_num(r.get('rate'), ',.0f')} {r['unit']} | {span} | "
-                         f"{r.get('basis')} | {_num(r.get('wall_rate'), ',.0f')} | {_num(r.get('compute_rate'), ',.0f')} | "
+                         f"{r.get('basis')} | {_num(r.get('wall_rate'), ',.0f')} | "
+                         f"{_num(r.get('compute_rate'), ',.0f')} | "
                          f"{_num(r.get('steps_per_s'), ',.0f')} | {ratio} | {_num(r.get('tflops'), '.1f')} | "
                          f"{_num(r.get('peak_mem_gb'), '.1f')} | {_seconds(r.get('cold_seconds'))} | "
                          f"{_seconds(_median_seconds(r))} | {len(r.get('runs') or [])} | {status} |")
@@ -643,7 +647,8 @@ def inference_markdown(report: dict[str, Any]) -> str:
                     if r["network"] == network and r["contender"] == BIOMOE and "argv" in r.get("details", {})]
         if commands:
             work = report.get("work_dir")
-            shown = [(task, " ".join(argv).replace(work, "WORK") if work else " ".join(argv)) for task, argv in commands]
+            shown = [(task, " ".join(argv).replace(work, "WORK") if work else " ".join(argv))
+                     for task, argv in commands]
             lines += ["", "Commands timed (WORK: the bench's scratch folder, removed afterwards):", ""]
             lines += [f"- {task}: `{text}`" for task, text in shown]
         lines.append("")

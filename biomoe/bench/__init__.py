@@ -1,1 +1,0 @@
-"""Throughput and memory benchmark of biomoe against Hugging Face Mixtral (``make bench``)."""

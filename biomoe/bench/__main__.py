@@ -1,5 +1,0 @@
-import sys
-
-from biomoe.bench.run import main
-
-sys.exit(main())
