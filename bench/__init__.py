@@ -3,4 +3,4 @@ multi-GPU scaling runner and the expert-variant study.
 
 It lives beside the library, not inside it, so that ``pip install biomoe`` ships the product only;
 run it from a clone, at the repository root (``python -m bench ...``). Nothing in ``biomoe``
-imports it (tests/test_layers.py checks)."""
+imports it (tests/product/test_layers.py checks)."""

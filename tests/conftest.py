@@ -18,6 +18,10 @@ import pytest
 # keeps for the whole run.
 import lightning.pytorch  # noqa: E402,F401
 
+# The repository root (tests/ sits directly under it; the tests themselves are one folder deeper, in
+# tests/<package>/), for tests that read configs/, data/, docs/ or run cli.py.
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def fasta_text(records: dict[str, str], width: int = 60, newline: str = "\n") -> str:
     """Render records as FASTA text with fixed line width."""

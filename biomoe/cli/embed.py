@@ -31,7 +31,7 @@ __all__ = ["build_parser", "main"]
 
 POOLS = ("position", "mean", "window")
 """``--pool``'s choices: :data:`biomoe.inference.embed.POOLS` (that module imports torch, which
-``--help`` does without; tests/test_startup.py checks that the two agree)."""
+``--help`` does without; tests/product/test_startup.py checks that the two agree)."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ jsonargparse checks *types*; ranges are declared on the fields themselves
 out of range is one :class:`ConfigError` naming the key a user types
 (``model.config.hidden_size: must be >= 1, got 0``) wherever the dataclass is built. The command
 line runs the same checks on the parsed values before anything is built
-(:mod:`biomoe.training.validation` reads them with :func:`biomoe.checks.field_checks`).
+(:mod:`biomoe.cli.run.config_checks` reads them with :func:`biomoe.checks.field_checks`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import torch
 
 from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import MoETransformer
-from test_import_set import imported_by
+from helpers.import_set import imported_by
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
