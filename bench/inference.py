@@ -21,7 +21,10 @@ interleaved with its HF baseline (biomoe, HF, biomoe, HF, ...); every run is kep
 score-variants is over the wall time of the whole process on both sides (biomoe: start-up, the
 command, checkpoint load and output file; HF: start-up, ``from_pretrained`` to the device, the
 work and its result file); ``compute_rate`` leaves the load out (biomoe:
-the time the command reports on stderr, where it reports one). Generation rates are over the
+the time the command reports on stderr, where it reports one) but keeps the first batch, whose
+kernel selection, compilation and allocator growth take seconds on a GPU; ``steady_rate`` is the
+rate after the first batch (the first decode step for generation), what a longer input approaches.
+Generation rates are over the
 sampling time alone (the command's report, HF's ``generate`` call), the wall time where the
 command reports none. ``ratio_vs_hf`` = biomoe median / HF median on the same basis.
 """
@@ -163,6 +166,10 @@ class InferenceRecord:
     """``wall``: the whole call; ``compute``: without loading the model (generation rows)."""
     wall_rate: float | None = None
     compute_rate: float | None = None
+    """Median over the runs of work / the time without the load, first batch included (the whole run)."""
+    steady_rate: float | None = None
+    """Median over the runs of the rate after the first batch (generation: the first decode step),
+    without its warm-up; None where a contender does not time its first batch apart, or ran one."""
     steps_per_s: float | None = None
     """Generation: decode steps per second (median), one base per sample each."""
     ratio_vs_hf: float | None = None
@@ -287,6 +294,9 @@ def _biomoe_run(argv: list[str], missing: list[str], device: torch.device, work:
         out["kernels"] = run.kernels
     if run.report is not None:
         out["compute_seconds"] = run.report.seconds
+        if run.report.first_seconds is not None:
+            out["first_batch_seconds"] = run.report.first_seconds
+            out["first_batch_work"] = run.report.first_bases
         if run.report.steps_per_s is not None:
             out["reported_steps_per_s"] = run.report.steps_per_s
     return out
@@ -396,12 +406,17 @@ def _hf_fresh(args: list[object], result: Path) -> dict[str, Any]:
         raise exit_error(f"HF {args[0]}", done.returncode, done.stderr)
     data = json.loads(result.read_text())
     return {"seconds": seconds, "compute_seconds": data["compute_seconds"], "work": data["work"],
-            "details": data["details"], "argv": ["python", *command[1:]]}
+            "details": data["details"], "argv": ["python", *command[1:]],
+            **_first_batch(data.get("first_batch_seconds"), data.get("first_batch_work"))}
 
 
 def _hf_run(result) -> dict[str, Any]:
     return {"seconds": result.seconds, "compute_seconds": result.compute_seconds, "work": result.work,
-            "details": result.details}
+            "details": result.details, **_first_batch(result.first_seconds, result.first_work)}
+
+
+def _first_batch(seconds: float | None, work: int | None) -> dict[str, Any]:
+    return {} if seconds is None else {"first_batch_seconds": seconds, "first_batch_work": work}
 
 
 def _transformers_available() -> bool:
@@ -437,10 +452,17 @@ def _summarise(record: InferenceRecord, runs: list[dict[str, Any]], task: Task, 
         run["wall_rate"] = run["work"] / run["seconds"]
         if run.get("compute_seconds"):
             run["compute_rate"] = run["work"] / run["compute_seconds"]
+        first, first_work = run.get("first_batch_seconds"), run.get("first_batch_work")
+        if run.get("compute_seconds") and first is not None and first_work is not None:
+            steady_seconds, steady_work = run["compute_seconds"] - first, run["work"] - first_work
+            if steady_seconds > 0 and steady_work > 0:
+                run["steady_rate"] = steady_work / steady_seconds
     wall = [r["wall_rate"] for r in runs]
     compute = [r["compute_rate"] for r in runs if "compute_rate" in r]
+    steady = [r["steady_rate"] for r in runs if "steady_rate" in r]
     record.wall_rate = statistics.median(wall)
     record.compute_rate = statistics.median(compute) if len(compute) == len(runs) else None
+    record.steady_rate = statistics.median(steady) if steady and len(steady) == len(runs) else None
     chosen = compute if record.basis == "compute" else wall
     if task.samples:  # decode steps: one base of every sample each, on the record's basis
         for run in runs:
@@ -480,8 +502,10 @@ def measure_task(label: str, task: Task, config: dict[str, Any], s: InferenceSet
                 result["repeat"] = repeat
                 runs[name].append(result)
                 log(f"  {label}/{task.name}/{name} run {repeat + 1}: {result['work'] / result['seconds']:,.0f} "
-                    f"{task.unit} wall" + (f", {result['work'] / result['compute_seconds']:,.0f} compute"
-                                          if result.get("compute_seconds") else ""))
+                    f"{task.unit} wall" + (f", {result['work'] / result['compute_seconds']:,.0f} compute (whole run)"
+                                          if result.get("compute_seconds") else "")
+                    + (f", first batch {result['first_batch_seconds']:.2f} s" if "first_batch_seconds" in result
+                       else ""))
             except Exception as err:
                 traceback.print_exc()
                 records[name].status, records[name].error = (
@@ -598,8 +622,10 @@ def timing_note(fresh: bool) -> str:
            "writing the output; HF: from_pretrained to the device, the forwards, the results on the host)")
     return (how + "; rate = median of work / seconds over the warm runs, range in rate_min..rate_max, every "
             "run in `runs`. basis compute: without the load (biomoe: the time the command reports on stderr; "
-            "HF: after the model is on the device). peak_mem_gb: torch.cuda.max_memory_allocated of in-process "
-            "runs, reset before each (none for runs in a new process)")
+            "HF: after the model is on the device), first batch included (compute_rate, the whole run); "
+            "steady_rate: after the first batch (generation: the first decode step), whose warm-up "
+            "(kernel selection, compilation, allocator growth) is left out. peak_mem_gb: "
+            "torch.cuda.max_memory_allocated of in-process runs, reset before each (none for runs in a new process)")
 
 
 def _seconds(value: float | None) -> str:
@@ -629,9 +655,10 @@ def inference_markdown(report: dict[str, Any]) -> str:
     records = report.get("records") or []
     for network in dict.fromkeys(r["network"] for r in records):
         lines += [f"## {network}", "",
-                  "| task | contender | rate | range | basis | wall rate | compute rate | steps/s | vs HF | "
+                  "| task | contender | rate | range | basis | wall rate | compute rate (whole run) | "
+                  "steady rate (after 1st batch) | steps/s | vs HF | "
                   "TFLOP/s | peak GB | cold wall | warm wall | runs | status |",
-                  "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | "
+                  "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | "
                   "---: | ---: | ---: | ---: | ---: | --- |"]
         for r in (r for r in records if r["network"] == network):
             status = r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:120]}"
@@ -639,7 +666,7 @@ def inference_markdown(report: dict[str, Any]) -> str:
             ratio = "—" if r.get("ratio_vs_hf") is None else f"{r['ratio_vs_hf']:.2f}×"
             lines.append(f"| {r['task']} | {r['contender']} | {_num(r.get('rate'), ',.0f')} {r['unit']} | {span} | "
                          f"{r.get('basis')} | {_num(r.get('wall_rate'), ',.0f')} | "
-                         f"{_num(r.get('compute_rate'), ',.0f')} | "
+                         f"{_num(r.get('compute_rate'), ',.0f')} | {_num(r.get('steady_rate'), ',.0f')} | "
                          f"{_num(r.get('steps_per_s'), ',.0f')} | {ratio} | {_num(r.get('tflops'), '.1f')} | "
                          f"{_num(r.get('peak_mem_gb'), '.1f')} | {_seconds(r.get('cold_seconds'))} | "
                          f"{_seconds(_median_seconds(r))} | {len(r.get('runs') or [])} | {status} |")

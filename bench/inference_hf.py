@@ -9,8 +9,10 @@ window generator the commands use, so both sides score exactly the same windows.
 to ``batch_tokens`` tokens of equal-length windows (the short last window of a contig runs on its
 own): padding-free, the strongest plain forward.
 
-Every function returns :class:`HFRun`: its wall time including the load (``seconds``), and the time
-of the work alone, after the model is on the device (``compute_seconds``).
+Every function returns :class:`HFRun`: its wall time including the load (``seconds``), the time
+of the work alone, after the model is on the device (``compute_seconds``), and, apart, the time and
+work of its first batch (the warm-up a GPU pays once), so that the rate after it compares with
+biomoe's steady rate.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class HFRun:
     compute_seconds: float
     work: int
     details: dict
+    first_seconds: float | None = None
+    """Time from the model on the device to the first batch's results (None: not timed apart)."""
+    first_work: int | None = None
 
 
 def _sync(device: torch.device) -> None:
@@ -91,16 +96,18 @@ def hf_score_fasta(folder: Path, fasta: Path, device: torch.device, window: int,
     loaded = time.perf_counter()
     bases = 0
     total = 0.0
+    first: tuple[float, int] | None = None
     with torch.inference_mode():
         for _, ids in _genome_batches(fasta, window, batch_tokens):
             labels = torch.from_numpy(ids).to(device, non_blocking=True)
-            scores = _log_likelihood(model, labels).cpu().numpy()
+            scores = _log_likelihood(model, labels).cpu().numpy()  # on the host: the batch is done
             bases += scores.size
             total += float(np.nansum(scores, dtype=np.float64))
+            first = first or (time.perf_counter() - loaded, bases)
     _sync(device)
     ended = time.perf_counter()
     return HFRun(ended - started, ended - loaded, bases,
-                 {**settings, "batch_tokens": batch_tokens, "log_likelihood": total})
+                 {**settings, "batch_tokens": batch_tokens, "log_likelihood": total}, *(first or (None, None)))
 
 
 def hf_embed(folder: Path, fasta: Path, device: torch.device, window: int, batch_tokens: int,
@@ -122,6 +129,7 @@ def hf_embed(folder: Path, fasta: Path, device: torch.device, window: int, batch
     _sync(device)
     loaded = time.perf_counter()
     bases = 0
+    first: tuple[float, int] | None = None
     with torch.inference_mode():
         sums = torch.zeros(total, hidden, dtype=torch.float32, device=device)
         counts = torch.zeros(total, dtype=torch.float32, device=device)
@@ -137,11 +145,14 @@ def hf_embed(folder: Path, fasta: Path, device: torch.device, window: int, batch
             sums.index_add_(0, index, values)
             counts.index_add_(0, index, weight.float())
             bases += rows * length
+            if first is None:  # the one wait added: the first batch timed apart
+                _sync(device)
+                first = (time.perf_counter() - loaded, bases)
         pooled = (sums / counts[:, None]).cpu().numpy()  # NaN rows where a bin has no A/C/G/T
     _sync(device)
     ended = time.perf_counter()
     return HFRun(ended - started, ended - loaded, bases,
-                 {**settings, "batch_tokens": batch_tokens, "rows": int(pooled.shape[0])})
+                 {**settings, "batch_tokens": batch_tokens, "rows": int(pooled.shape[0])}, *(first or (None, None)))
 
 
 def hf_score_variants(folder: Path, fasta: Path, variants_tsv: Path, device: torch.device, window: int,
@@ -160,6 +171,7 @@ def hf_score_variants(folder: Path, fasta: Path, variants_tsv: Path, device: tor
     prepared = prepare_windows(open_reader(fasta), variants, window, source=str(variants_tsv))
     per_batch = max(1, batch_tokens // (2 * window))
     llr = []
+    first: tuple[float, int] | None = None
     with torch.inference_mode():
         for i in range(0, len(prepared), per_batch):
             chunk = prepared[i:i + per_batch]
@@ -170,10 +182,12 @@ def hf_score_variants(folder: Path, fasta: Path, variants_tsv: Path, device: tor
                 labels = torch.from_numpy(np.stack(arrays)).to(device, non_blocking=True)
                 sums = _log_likelihood(model, labels).nansum(-1).view(-1, 2).cpu().numpy()
                 llr.extend((sums[:, 1] - sums[:, 0]).tolist())
+            first = first or (time.perf_counter() - loaded, len(llr))  # on the host: the batch is done
     _sync(device)
     ended = time.perf_counter()
     return HFRun(ended - started, ended - loaded, len(llr),
-                 {**settings, "variants_per_batch": per_batch, "window": window, "mean_llr": float(np.mean(llr))})
+                 {**settings, "variants_per_batch": per_batch, "window": window, "mean_llr": float(np.mean(llr))},
+                 *(first or (None, None)))
 
 
 class HFGenerator:

@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         run.details.pop("held_bytes", None)
     write_text(args.out, json.dumps({"job": args.job, "in_process_seconds": run.seconds,
                                      "compute_seconds": run.compute_seconds, "work": run.work,
+                                     "first_batch_seconds": run.first_seconds, "first_batch_work": run.first_work,
                                      "details": run.details}) + "\n")
     return 0
 

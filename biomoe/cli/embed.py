@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from biomoe.data.sources.registry import open_reader
 from biomoe.errors import GenomeInputError
 from biomoe.output_checks import check_outputs
 from biomoe.output_set import commit_together
-from biomoe.progress import progress_bar
+from biomoe.progress import FirstBatchClock, progress_bar
 
 __all__ = ["build_parser", "main"]
 
@@ -87,11 +86,10 @@ def main(argv: list[str]) -> int:
     with commit_together([args.out]) as outputs:
         scratch = outputs.scratch(".rows.npy")
         out = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.dtype(args.dtype), shape=(rows, hidden))
-        with progress_bar(total_length(genome), "embed", disable=args.no_progress) as bar:
-            started = time.perf_counter()
-            bases = embed_genome(model, genome, out, layout, layer, window, args.batch_size, progress=bar,
+        with progress_bar(total_length(genome), "embed", disable=args.no_progress) as bar, \
+                FirstBatchClock(bar) as clock:
+            bases = embed_genome(model, genome, out, layout, layer, window, args.batch_size, progress=clock,
                                  batch_tokens=args.batch_tokens)
-            elapsed = time.perf_counter() - started
         out.flush()
         arrays = {"embeddings": out, **index, "bases": bases,
                   "layer": np.array("final" if layer is None else str(layer)), "pool": np.array(args.pool)}
@@ -99,7 +97,7 @@ def main(argv: list[str]) -> int:
             np.savez(handle, **arrays)
         del out, arrays
     done = int(total_length(genome))
-    print(f"embedded {done:,} bases in {elapsed:.2f} s ({base_rate(done, elapsed)})", file=sys.stderr)
+    print(clock.report("embedded", done, "bases", lambda work, _, seconds: base_rate(work, seconds)), file=sys.stderr)
     print(f"wrote {args.out} ({rows:,} x {hidden} embeddings, layer {'final' if layer is None else layer}, "
           f"pool {args.pool})")
     return 0

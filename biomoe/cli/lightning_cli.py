@@ -326,10 +326,11 @@ class BioMoECLI(LightningCLI):
         ckpt = read_checkpoint(path)
         check_shapes(path, check_structure(path, ckpt), config, "the model config")
         if self.config["subcommand"] == "fit" and "optimizer_states" not in ckpt:
-            raise GenomeInputError(path, "holds weights only (no optimizer or loop state), so fit cannot resume it; "
-                                         "to start a new run from these weights use --trainer.callbacks+="
-                                         "biomoe.training.init_weights.InitWeights --trainer.callbacks.checkpoint "
-                                         f"{path} instead of --ckpt_path")
+            raise GenomeInputError(path, "holds no optimizer state (a best checkpoint keeps only what scoring "
+                                         "needs), so fit cannot resume it; resume the run's last.ckpt "
+                                         "(--ckpt_path last), or start a new run from these weights with "
+                                         "--trainer.callbacks+=biomoe.training.init_weights.InitWeights "
+                                         f"--trainer.callbacks.checkpoint {path} instead of --ckpt_path")
 
     def _check_parallel(self) -> None:
         """EP layout errors as one line before any process is launched."""

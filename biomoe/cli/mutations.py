@@ -96,7 +96,7 @@ def main(argv: list[str]) -> int:
     from biomoe.genomics.markov import MAX_ORDER, MarkovModel
     from biomoe.inference import mutations as engine
     from biomoe.inference.score_variants import Variant, check_variants
-    from biomoe.progress import progress_bar
+    from biomoe.progress import FirstBatchClock, progress_bar
     from torch import device as torch_device
 
     if not 0 <= args.markov_order <= MAX_ORDER:
@@ -132,10 +132,10 @@ def main(argv: list[str]) -> int:
     all_snvs = [(label, snv) for label, snvs in snvs_of.items() for snv in snvs]
     variants = [Variant(s.contig, s.position, s.ref, s.alt) for _, s in all_snvs]
     variants, prepared, _ = check_variants(genome, variants, window, source="mutations")
-    with progress_bar(len(variants), "mutations", unit="variant", disable=args.no_progress) as bar:
-        started = time.perf_counter()
-        rows = _score(model, variants, prepared, bar, args.batch_tokens, estimate=on_cpu)
-    _note(f"scored {len(rows):,} SNVs with the model in {time.perf_counter() - started:.1f} s")
+    with progress_bar(len(variants), "mutations", unit="variant", disable=args.no_progress) as bar, \
+            FirstBatchClock(bar) as clock:
+        rows = _score(model, variants, prepared, clock, args.batch_tokens, estimate=on_cpu)
+    _note(clock.report("the model scored", len(rows), "SNVs", lambda work, _, seconds: f"{work / seconds:,.0f} SNVs/s"))
     model_llr = np.array([row["llr"] for row in rows], dtype=np.float64)
     summary, cursor = {"window": window, "table": args.table, "codons": args.codons, "seed": args.seed,
                        "markov_order": args.markov_order, "markov_fit": "whole genome, both strands",

@@ -21,7 +21,6 @@ the table's memory, not the model, so score held-out or new sequence with it.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,7 @@ from biomoe.data.sources.reader import total_length
 from biomoe.data.sources.registry import open_reader
 from biomoe.output_checks import check_outputs
 from biomoe.output_set import commit_together
-from biomoe.progress import progress_bar
+from biomoe.progress import FirstBatchClock, progress_bar
 
 __all__ = ["main"]
 
@@ -77,13 +76,12 @@ def main(argv: list[str]) -> int:
     npz = args.out.with_suffix(".npz")
     # a bad --out, or one that names an input, fails before the work, not after
     check_outputs([tsv, npz if args.per_base else None], [args.ckpt, *args.fasta, *(args.repeat_fasta or [])])
-    with progress_bar(total_length(genome), "score-fasta", disable=args.no_progress) as bar:
-        started = time.perf_counter()
-        per_base = score_genome(model, genome, window, args.batch_size, repeat, progress=bar,
+    with progress_bar(total_length(genome), "score-fasta", disable=args.no_progress) as bar, \
+            FirstBatchClock(bar) as clock:
+        per_base = score_genome(model, genome, window, args.batch_size, repeat, progress=clock,
                                 batch_tokens=args.batch_tokens)
-        elapsed = time.perf_counter() - started
     bases = sum(values.size for values in per_base.values())
-    print(f"scored {bases:,} bases in {elapsed:.2f} s ({base_rate(bases, elapsed)})", file=sys.stderr)
+    print(clock.report("scored", bases, "bases", lambda work, _, seconds: base_rate(work, seconds)), file=sys.stderr)
     if repeat is not None and repeat.covered_fraction > 0.5:
         print(f"biomoe: warning: {repeat.covered_fraction:.0%} of the scored bases follow a k-mer of the repeat "
               "expert's training sequence: these scores measure its memory, not the model", file=sys.stderr)

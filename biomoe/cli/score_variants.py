@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,7 +35,7 @@ from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_write
 from biomoe.output_checks import check_outputs
 from biomoe.output_set import commit_together
-from biomoe.progress import progress_bar
+from biomoe.progress import FirstBatchClock, progress_bar
 
 if TYPE_CHECKING:
     from biomoe.inference.score_variants import Variant
@@ -119,11 +118,10 @@ def main(argv: list[str]) -> int:
                                               f"listed in {sidecar}")
     model = model_from_args(args)
     check_window_memory(window, model, max(c.length for c in genome.contigs))
-    with progress_bar(len(variants), "score-variants", unit="variant", disable=args.no_progress) as bar:
-        started = time.perf_counter()
-        rows = score_windows(model, variants, prepared, progress=bar, batch_tokens=args.batch_tokens)
-        elapsed = time.perf_counter() - started
-    print(f"scored {len(rows):,} variants in {elapsed:.2f} s ({len(rows) / max(elapsed, 1e-9):,.0f} variants/s)",
+    with progress_bar(len(variants), "score-variants", unit="variant", disable=args.no_progress) as bar, \
+            FirstBatchClock(bar) as clock:
+        rows = score_windows(model, variants, prepared, progress=clock, batch_tokens=args.batch_tokens)
+    print(clock.report("scored", len(rows), "variants", lambda work, _, seconds: f"{work / seconds:,.0f} variants/s"),
           file=sys.stderr)
     _write_results(args.out, sidecar, rows, info, set_aside)
     mismatched = set_aside[len(unscorable):]

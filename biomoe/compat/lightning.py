@@ -1,13 +1,15 @@
 """Private Lightning / jsonargparse hooks biomoe relies on. Tested with Lightning 2.6 and
 jsonargparse 4.53.
 
-biomoe's CLI and progress bar override three private methods (their names are listed in
-``OVERRIDDEN``, so a test notices when Lightning renames one); through the functions below it
-reads the CLI parser's subcommands and the Trainer's logging decision, asks a module or callback
-for its Trainer without Lightning's "not attached" error, sets up the process group and device
-mesh the way ``ModelParallelStrategy`` does, removes the logging methods the Trainer binds onto
-callbacks, reads and sets the device a weight average is built on (and its model and update), and names the
-private Lightning functions on a traceback that tell a user's configuration error from a bug
+biomoe's CLI, progress bar and best-model checkpoint override five private methods (their names are
+listed in ``OVERRIDDEN``, so a test notices when Lightning renames one; the checkpoint relies on
+``ModelCheckpoint._save_checkpoint`` wrapping each file it writes, hooks included); through the
+functions below it reads the CLI parser's subcommands and the Trainer's logging decision, asks a
+module or callback for its Trainer without Lightning's "not attached" error, sets up the process
+group and device mesh the way ``ModelParallelStrategy`` does, removes the logging methods the
+Trainer binds onto callbacks, reads and sets the device a weight average is built on (and its model
+and update), and names the private Lightning functions on a traceback that tell a user's
+configuration error from a bug
 (:data:`BUILD_PHASE_FRAMES`, :data:`CHECKPOINT_SELECTION_FRAMES`).
 """
 
@@ -21,6 +23,7 @@ TESTED_WITH = ("2.6",)
 OVERRIDDEN: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.cli.LightningCLI": ("_add_subcommands", "_parse_ckpt_path", "_run_subcommand"),
     "lightning.pytorch.callbacks.RichProgressBar": ("_get_train_description",),
+    "lightning.pytorch.callbacks.ModelCheckpoint": ("_save_checkpoint",),
 }
 """Private methods biomoe's subclasses override: class path -> method names."""
 

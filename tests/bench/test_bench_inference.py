@@ -159,3 +159,34 @@ def test_reports_on_stderr_are_parsed():
     report = parse_report("scored 2,048 variants in 2.00 s (1,024 variants/s)\n")
     assert (report.bases, report.seconds) == (2048, 2.0)
     assert parse_report("wrote out.tsv\n") is None
+    # the first batch timed apart: the whole run's steps/s, not the steady one, is the reported one
+    report = parse_report("generated 128,000 bases in 3.20 s: 45,000 bases/s, 700 steps/s after the first step "
+                          "(first step 128 bases in 0.40 s, includes warm-up; 40,000 bases/s, 625 steps/s over the "
+                          "whole run)\n")
+    assert (report.bases, report.seconds, report.steps_per_s) == (128000, 3.2, 625.0)
+    assert (report.first_bases, report.first_seconds) == (128, 0.4)
+    report = parse_report("scored 4,100,000 bases in 6.80 s: 1.37 Mbp/s after the first batch (first batch 262,144 "
+                          "bases in 4.00 s, includes warm-up; 0.60 Mbp/s over the whole run)\n")
+    assert (report.bases, report.seconds, report.first_bases, report.first_seconds) == (4100000, 6.8, 262144, 4.0)
+    report = parse_report("scored 100 bases in 0.05 s: 2.0 kbp/s in one batch (includes warm-up)\n")
+    assert (report.bases, report.seconds, report.first_seconds) == (100, 0.05, None)
+
+
+def test_steady_rate_leaves_the_first_batch_out():
+    from types import SimpleNamespace
+
+    import yaml
+
+    from bench.inference import InferenceRecord, _summarise
+
+    config = yaml.safe_load(TINY)["model"]["config"]
+    task = SimpleNamespace(samples=None, context=1024, tokens_per_unit=1.0)
+    record = InferenceRecord("tiny-net", "score-fasta", "biomoe", "bases/s", basis="compute")
+    runs = [{"seconds": 10.0, "compute_seconds": 6.8, "work": 4_100_000, "first_batch_seconds": 4.0,
+             "first_batch_work": 262_144}]
+    _summarise(record, runs, task, config)
+    assert record.compute_rate == pytest.approx(4_100_000 / 6.8)  # the whole run, first batch included
+    assert record.steady_rate == pytest.approx((4_100_000 - 262_144) / 2.8)
+    record = InferenceRecord("tiny-net", "score-fasta", "hf", "bases/s", basis="compute")
+    _summarise(record, [{"seconds": 10.0, "compute_seconds": 6.8, "work": 4_100_000}], task, config)
+    assert record.steady_rate is None and record.compute_rate == pytest.approx(4_100_000 / 6.8)

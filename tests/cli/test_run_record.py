@@ -60,12 +60,12 @@ def test_a_failed_start_leaves_the_previous_run_unchanged(tmp_path: Path, capsys
     assert "stopped on purpose" in _last_error(capsys.readouterr().err)
     assert _record(run) == before
 
-    # A weights-only checkpoint cannot be resumed: said before anything is built.
+    # A checkpoint without optimizer state (weights-only, a best one) cannot be resumed: said before it is built.
     weights = tmp_path / "weights.ckpt"
     state = torch.load(run / "checkpoints/last.ckpt", weights_only=True)
     torch.save({k: v for k, v in state.items() if k not in ("optimizer_states", "lr_schedulers")}, weights)
     assert _fit(tmp_path, "--ckpt_path", str(weights), "--trainer.max_steps", "4") != 0
-    assert "holds weights only" in _last_error(capsys.readouterr().err)
+    assert "holds no optimizer state" in _last_error(capsys.readouterr().err)
     assert _record(run) == before
 
     # The same options resume; the record then describes the resumed run.

@@ -7,6 +7,7 @@ in ``biomoe/compat`` (and its ``TESTED_WITH``), not the code that calls it.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -88,6 +89,36 @@ def test_the_trainer_binds_model_logging_onto_callbacks_and_it_can_be_dropped(tm
         assert getattr(callback, attr).__self__ is model
     lightning_compat.detach_model_logging(callback)
     assert not any(attr in vars(callback) for attr in lightning_compat.MODEL_LOGGING_ATTRIBUTES)
+
+
+def test_model_checkpoint_saves_through_save_checkpoint_with_hooks_inside_after_other_callbacks(tmp_path):
+    """``BestCheckpoint`` trims only the files it writes: Lightning must write each of them through
+    ``_save_checkpoint(trainer, filepath)``, run the callbacks' ``on_save_checkpoint`` inside that
+    call, and run a checkpoint callback's hook after every other callback's (the EMA's)."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    seen: list[str] = []
+
+    class Other(L.Callback):
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+            seen.append("other")
+
+    class Wrapping(ModelCheckpoint):
+        def _save_checkpoint(self, trainer, filepath):
+            seen.append(f"enter {Path(filepath).name}")
+            super()._save_checkpoint(trainer, filepath)
+            seen.append("leave")
+
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+            seen.append("mine" if "optimizer_states" in checkpoint else "mine without optimizer")
+
+    trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path,
+                        callbacks=[Wrapping(dirpath=tmp_path, filename="best", every_n_train_steps=2), Other()])
+    trainer.fit(BoringModel())
+    assert seen == ["enter best.ckpt", "other", "mine", "leave"], seen
 
 
 def test_every_compat_module_says_what_it_was_tested_with():

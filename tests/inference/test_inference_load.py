@@ -156,7 +156,7 @@ def test_score_fasta_runs_in_bf16_on_request_and_says_so(trained, write_fasta, t
                      "--precision", "bf16", "--batch-tokens", "128", "--no-progress"]) == 0
     captured = capsys.readouterr()
     assert "biomoe kernels on CPU" in captured.out and "weights=bf16" in captured.out
-    assert re.search(r"scored 200 bases in [\d.]+ s \([\d.]+ [kM]bp/s\)", captured.err), captured.err
+    assert re.search(r"scored 200 bases in [\d.]+ s: [\d.]+ [kM]bp/s ", captured.err), captured.err
     rows = (tmp_path / "s.tsv").read_text().splitlines()
     assert rows[0].startswith("contig\tlength") and rows[1].split("\t")[:3] == ["x", "200", "200"]
 

@@ -1,7 +1,8 @@
 """configs/genome.yaml's checkpointing, early stopping and training length, shrunk to a CPU run.
 
 The GPU recipe keeps the best checkpoint while an EMA of the weights is what validation scores;
-weights-only checkpoints would silently hold the raw weights instead. Here the same callbacks run
+Lightning's weights-only checkpoints would silently hold the raw weights instead, so the best file is
+a full one less the optimizer state (only last.ckpt is resumed). Here the same callbacks run
 on a tiny model, with the EMA moving fast enough to matter, on data whose held-out curve turns up.
 """
 
@@ -72,5 +73,23 @@ def test_recipe_keeps_the_best_ema_checkpoint_and_stops_early(tmp_path, capsys):
     assert main(["validate", "--config", str(tmp_path / "genome-cpu.yaml"), "--ckpt_path", str(run),
                  "--trainer.default_root_dir", str(out), "--trainer.logger.init_args.save_dir", str(out)]) == 0
     assert val_series(out)[0][1] == pytest.approx(best, rel=1e-5)
-    state = torch.load(chosen, weights_only=False)
-    assert "current_model_state" in state  # raw weights beside the average: it resumes exactly
+    # The best file keeps everything but the optimizer state: it is read to score, last.ckpt to resume.
+    state, last = torch.load(chosen, weights_only=False), torch.load(next(run.rglob("last.ckpt")), weights_only=False)
+    assert not {"optimizer_states", "lr_schedulers"} & set(state) and last["optimizer_states"]
+    assert {"callbacks", "loops", "hyper_parameters", "current_model_state", "averaging_state"} <= set(state)
+    assert chosen.stat().st_size < 0.7 * next(run.rglob("last.ckpt")).stat().st_size
+    assert "no optimizer state" in summary.split(str(chosen), 1)[1].splitlines()[0]
+    capsys.readouterr()
+    # Every reader takes it: test, predict, score-fasta and export-hf of the run folder.
+    for command in ("test", "predict"):
+        out = tmp_path / command
+        assert main([command, "--config", str(tmp_path / "genome-cpu.yaml"), "--ckpt_path", str(run),
+                     "--trainer.default_root_dir", str(out), "--trainer.logger.init_args.save_dir", str(out)]) == 0
+    assert main(["score-fasta", str(run), str(held_out), "--out", str(tmp_path / "scores")]) == 0
+    assert main(["export-hf", str(run), str(tmp_path / "hf")]) == 0
+    assert (tmp_path / "hf" / "config.json").is_file() and f"{best:.4f}" in (tmp_path / "hf" / "README.md").read_text()
+    # Resuming it is refused in one line that points at last.ckpt.
+    capsys.readouterr()
+    assert main(["fit", "--config", str(tmp_path / "genome-cpu.yaml"), "--ckpt_path", str(chosen)]) != 0
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if str(chosen) in line]
+    assert "holds no optimizer state" in line and "last.ckpt" in line

@@ -202,6 +202,20 @@ FREE_FORM: frozenset[str] = frozenset({
 """Keys checked elsewhere: class lists by :data:`CLASS_RULES`, ``trainer.precision`` by
 jsonargparse (a Literal of Lightning's names), ``ckpt_path`` by the checkpoint checks."""
 
+_CHECKPOINT_RULES: dict[str, Check] = {
+    "save_top_k": integer(-1), "every_n_train_steps": integer(0, optional=True),
+    "every_n_epochs": integer(0, optional=True), "mode": choice("min", "max"), "dirpath": folder(),
+    "monitor": text(optional=True), "save_last": either(boolean(optional=True), choice("link"))}
+
+
+def _best_save_last(value: Any) -> str | None:
+    """A last checkpoint without optimizer state could not be resumed (see BestCheckpoint)."""
+    if value in (None, False):
+        return None
+    return (f"must be off, got {value!r}: its files hold no optimizer state, so a last.ckpt written by it could "
+            "not be resumed; keep save_last on a ModelCheckpoint of its own")
+
+
 CLASS_RULES: dict[str, dict[str, Check]] = {
     "NonFiniteGuard": {"action": choice("stop", "skip"), "max_consecutive_skips": _POSITIVE},
     "RouterCollapseMonitor": {"threshold": real(0.0, 1.0, lo_open=True, hi_open=True), "patience": _POSITIVE,
@@ -210,10 +224,8 @@ CLASS_RULES: dict[str, dict[str, Check]] = {
                    "reserve": real(0.0, 1.0, hi_open=True), "round_to": _POSITIVE},
     "MarkovBaseline": {"order": integer(0, 12), "alpha": real(0.0, lo_open=True)},
     "RepeatMixture": {"k": integer(1, 31, optional=True), "switch": _FRACTION, "smoothing": real(0.0, lo_open=True)},
-    "ModelCheckpoint": {"save_top_k": integer(-1), "every_n_train_steps": integer(0, optional=True),
-                        "every_n_epochs": integer(0, optional=True), "mode": choice("min", "max"),
-                        "dirpath": folder(), "monitor": text(optional=True),
-                        "save_last": either(boolean(optional=True), choice("link"))},
+    "ModelCheckpoint": _CHECKPOINT_RULES,
+    "BestCheckpoint": {**_CHECKPOINT_RULES, "save_last": _best_save_last},
     "LearningRateMonitor": {"logging_interval": choice(None, "step", "epoch")},
     "EarlyStopping": {"patience": integer(0), "mode": choice("min", "max"), "min_delta": real(),
                       "monitor": text()},

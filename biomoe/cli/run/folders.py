@@ -28,6 +28,9 @@ __all__ = ["checkpoint_folders", "follow_root_dir", "options_given", "remove_uns
 SCORING = ("validate", "test", "predict")
 """The subcommands that read a trained run's checkpoint."""
 
+CHECKPOINT_CLASSES = frozenset({"ModelCheckpoint", "BestCheckpoint"})
+"""The checkpoint callbacks whose ``dirpath`` follows ``--trainer.default_root_dir`` (by class name)."""
+
 LOGGER_LEFTOVERS = frozenset({"hparams.yaml", "metrics.csv"})
 """What a logger writes into a run folder before the run has computed anything (removable)."""
 
@@ -58,7 +61,7 @@ def follow_root_dir(section: Any, given: set[str]) -> list[str]:
     if not any("dirpath" in key for key in given):
         for entry in entries(trainer.get("callbacks")):
             args = init_args(entry)
-            if args is not None and class_name(entry) == "ModelCheckpoint" and args.get("dirpath") is not None:
+            if args is not None and class_name(entry) in CHECKPOINT_CLASSES and args.get("dirpath") is not None:
                 args["dirpath"] = None
                 changed.append("ModelCheckpoint.dirpath")
     return changed

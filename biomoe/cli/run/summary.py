@@ -13,6 +13,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from biomoe.training.best_checkpoint import BestCheckpoint
 from biomoe.training.history import MetricsHistory, RunRecord, find_history
 from biomoe.training.markov_baseline import MarkovBaseline
 from biomoe.training.plots import plot_training_curves
@@ -38,9 +39,10 @@ def format_size(size: int) -> str:
 
 
 def _checkpoint_lines(trainer: Any) -> list[str]:
-    """One line per checkpoint with its size: every one is full (weights, the EMA average, optimizer
-    and loop state), which a resume needs and a recipe's best checkpoint needs for its averaged
-    weights (Lightning's weights-only files leave the average out), so a 100M-parameter run writes
+    """One line per checkpoint with its size. ``last.ckpt`` is full (weights, the EMA average,
+    optimizer and loop state), which a resume needs; a recipe's best checkpoint
+    (:class:`~biomoe.training.best_checkpoint.BestCheckpoint`) keeps all but the optimizer state, so
+    it still holds the averaged weights validation scored. A 100M-parameter run still writes
     gigabytes, and the summary says how many."""
     lines: list[str] = []
     seen: set[str] = set()
@@ -52,14 +54,15 @@ def _checkpoint_lines(trainer: Any) -> list[str]:
             seen.add(best)
             score = callback.best_model_score
             note = f"best {callback.monitor} {float(score):.4f}; " if callback.monitor and score is not None else ""
-            lines.append(f"checkpoint: {best} ({note}{format_size(size_on_disk(best))})")
+            trimmed = "; no optimizer state" if isinstance(callback, BestCheckpoint) else ""
+            lines.append(f"checkpoint: {best} ({note}{format_size(size_on_disk(best))}{trimmed})")
         last = getattr(callback, "last_model_path", "")
         if last and last not in seen:
             seen.add(last)
             lines.append(f"checkpoint: {last} ({format_size(size_on_disk(last))})")
     if len(seen) > 1:
         total = format_size(sum(size_on_disk(path) for path in seen))
-        lines.append(f"            {total} in all: each holds the optimizer state too, to resume from")
+        lines.append(f"            {total} in all")
     return lines
 
 
