@@ -264,3 +264,18 @@ def test_the_validation_note_says_when_nothing_is_held_out_and_is_quiet_otherwis
     assert validation_note(datamodule([(1, 0, 500)], [0], val_files=["b"])) is None  # at least one window
     assert validation_note(datamodule([(0, 1800, 2000)], [0, 1])) is None
     assert validation_note(datamodule([], None, val_fraction=0.0)) is None  # turned off by the user
+
+
+def test_the_bar_shows_short_metrics_that_fit_an_80_column_terminal():
+    """The stock items (``v_num: 0``, ``train/tokens_per_s: 1332.971``, ``loss: 1.377``) wrapped the
+    metrics column over four lines in an 80-column terminal."""
+    from types import SimpleNamespace
+
+    from biomoe.cli.run.trainer_setup import StepProgressBar
+
+    metrics = {"train/tokens_per_s": 1332.971, "loss": 1.37712, "val/ce": 1.358, "val/bits_per_base": 1.95912}
+    trainer = SimpleNamespace(progress_bar_metrics=metrics, loggers=[SimpleNamespace(version=0)],
+                              logger=SimpleNamespace(version=0))
+    items = StepProgressBar().get_metrics(trainer, SimpleNamespace())
+    assert items == {"tok/s": "1,333", "loss": "1.377", "val bits/base": "1.959"}
+    assert len("  ".join(f"{k}: {v}" for k, v in items.items())) < 50

@@ -162,6 +162,22 @@ class StepProgressBar(RichProgressBar):
         done = trainer.fit_loop.epoch_loop.batch_progress.current.ready  # restored on resume
         return min(trainer.num_training_batches, total + done)
 
+    def get_metrics(self, trainer: Any, pl_module: Any) -> dict[str, Any]:
+        """Short items that fit beside the bar in an 80-column terminal: the stock ``v_num`` and
+        ``train/tokens_per_s: 1332.971`` wrapped the metrics column over four lines, leaving
+        columns behind at every refresh. The version is in the run folder printed at the end, the
+        validation loss shows once (bits/base; ``val/ce`` is the same in nats); throughput reads
+        ``tok/s: 1,333`` and other floats keep four significant digits."""
+        items = dict(super().get_metrics(trainer, pl_module))
+        items.pop("v_num", None)
+        items.pop("val/ce", None)  # the same number as val/bits_per_base, in nats
+        if "val/bits_per_base" in items:
+            items["val bits/base"] = items.pop("val/bits_per_base")
+        rate = items.pop("train/tokens_per_s", None)
+        if isinstance(rate, (int, float)):
+            items["tok/s"] = f"{rate:,.0f}"
+        return {name: (f"{value:.4g}" if isinstance(value, float) else value) for name, value in items.items()}
+
     def _get_train_description(self, current_epoch: int) -> str:
         trainer = attached_trainer(self)
         if trainer is not None and trainer.max_epochs is not None and trainer.max_epochs < 0:
