@@ -94,10 +94,10 @@ TINY_MODEL = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num
 """The small model most tests build: two layers, four experts, seconds to train on a CPU."""
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tiny_config() -> Callable[..., object]:
     """``tiny_config(**overrides)``: a new ``ModelConfig`` of :data:`TINY_MODEL` with ``overrides``
-    (``tiny_config(num_layers=1, init_std=0.3)``); session-scoped so module-scoped fixtures can use it."""
+    (``tiny_config(num_layers=1, init_std=0.3)``); package-scoped so module-scoped fixtures can use it."""
     from biomoe.model.config import ModelConfig
 
     def make(**overrides):
@@ -106,7 +106,7 @@ def tiny_config() -> Callable[..., object]:
     return make
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A checkpoint of the tiny model as initialised after ``torch.manual_seed(0)`` (``init_std=0.3``:
     outputs depend visibly on context), written once for the whole run: read it, never change it.
