@@ -27,15 +27,12 @@ from pathlib import Path
 from biomoe.files import write_text
 
 from bench.expert_contenders import contender_args
+from bench.timing import datasheet_peak_tflops
 
 TORCH_KERNELS = ["--model.runtime.norm_backend", "torch", "--model.runtime.attention_backend", "torch",
                  "--model.runtime.router_backend", "torch", "--model.runtime.dispatch_backend", "torch"]
 """``torch`` kernels: every layer component on torch (the experts are torch's grouped GEMM in the
 recipe either way). ``default`` = the product's choice: Transformer Engine layers where installed."""
-
-BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "B200": 2250.0, "A100": 312.0}
-"""Dense bf16 tensor-core peak per GPU name fragment (datasheet, without sparsity)."""
-
 
 def flops_per_token(model: dict, seq_length: int) -> float:
     """Training FLOPs per token: 6 · active parameters + 6 · layers · hidden · sequence (attention)."""
@@ -43,10 +40,6 @@ def flops_per_token(model: dict, seq_length: int) -> float:
 
     cfg = ModelConfig(**{k: v for k, v in model.items() if k in ModelConfig.__dataclass_fields__})
     return 6.0 * cfg.active_params_per_token() + 6.0 * cfg.num_layers * cfg.hidden_size * seq_length
-
-
-def peak_tflops(gpu_name: str) -> float | None:
-    return next((v for k, v in BF16_PEAK_TFLOPS.items() if k in gpu_name), None)
 
 
 def read_run(run_dir: Path) -> dict:
@@ -115,7 +108,7 @@ def _write(args: argparse.Namespace, out: Path, results: dict[str, dict]) -> str
 
 def summarise(results: dict[str, dict], gpu: str) -> list[dict]:
     """Median and range of each contender's runs, MFU, and the ratio to the dense model of its size and kernels."""
-    peak = peak_tflops(gpu)
+    peak = datasheet_peak_tflops(gpu)
     rows = []
     for name, entry in results.items():
         ok = [r for r in entry["runs"] if "tokens_per_s" in r]

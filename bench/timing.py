@@ -26,6 +26,16 @@ from biomoe.training.step_graph import GraphedStep
 PEAK_BF16_TFLOPS = 790.0
 """Dense bf16 matmul rate measured on the H200 these runs use; MFU of every precision is against it."""
 
+DATASHEET_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "B200": 2250.0, "A100": 312.0}
+"""Dense bf16 tensor-core peak per GPU name fragment (datasheet, without sparsity): the MFU
+denominator of runs on whichever GPU they land on, where :data:`PEAK_BF16_TFLOPS` is one card's
+measured rate."""
+
+
+def datasheet_peak_tflops(gpu_name: str) -> float | None:
+    """:data:`DATASHEET_BF16_TFLOPS` of the GPU ``gpu_name`` names (None for one not listed)."""
+    return next((v for k, v in DATASHEET_BF16_TFLOPS.items() if k in gpu_name), None)
+
 
 class StepClock:
     """Start and end marks per step; :meth:`step_ms` turns them into per-step times.

@@ -220,13 +220,15 @@ def export_hf(ckpt_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     return out
 
 
-def _warn_if_foreign(folder: Path, config: dict) -> None:
+def _warn_if_foreign(folder: Path, config: dict) -> bool:
     """A folder that is not a biomoe export imports, but with a warning naming what differs: its
-    weights are only meaningful read through the vocabulary they were trained with."""
+    weights are only meaningful read through the vocabulary they were trained with. Returns whether
+    the folder is foreign."""
     difference = vocabulary_difference(folder, config)
     if difference is not None:
         warnings.warn(f"{folder}: not biomoe's vocabulary ({difference}); imported anyway, but biomoe reads "
                       "sequence with its own token ids", UserWarning, stacklevel=2)
+    return difference is not None
 
 
 def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) -> Path:
@@ -254,7 +256,7 @@ def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) 
             raise
         raise GenomeInputError(folder / "config.json", f"not a usable transformers config "
                                                        f"({type(exc).__name__}: {exc})") from None
-    _warn_if_foreign(folder, config)
+    foreign = _warn_if_foreign(folder, config)
     hf: dict[str, Tensor] = {}
     for shard in shards:
         try:
@@ -275,22 +277,23 @@ def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) 
         "pytorch-lightning_version": lightning.__version__,
         "epoch": 0, "global_step": 0, "loops": {}, "callbacks": {},
     }
-    trained = exported_training_length(folder, config)
+    trained = None if foreign else exported_training_length(config)
     if trained is not None:
         checkpoint["datamodule_hyper_parameters"] = {"seq_length": trained}
     atomic_torch_save(checkpoint, out)
     return out
 
 
-def exported_training_length(folder: Path, config: dict) -> int | None:
+def exported_training_length(config: dict) -> int | None:
     """The training window of a biomoe export (its ``max_position_embeddings``), or None.
 
     Commands score in windows of the training length by default; an imported checkpoint that did
     not record it would score in the default window instead, and a round trip of the very same
-    weights would then change every score. Only biomoe's own exports are read this way: another
-    model's ``max_position_embeddings`` is the most it accepts, not what it was trained on."""
+    weights would then change every score. Only biomoe's own exports are read this way (the caller
+    checks the vocabulary): another model's ``max_position_embeddings`` is the most it accepts, not
+    what it was trained on."""
     context = config.get("max_position_embeddings")
-    if vocabulary_difference(folder, config) is not None or not isinstance(context, int):
+    if not isinstance(context, int):
         return None
     return context if 0 < context < UNRECORDED_CONTEXT else None
 

@@ -12,20 +12,17 @@ import torch
 from biomoe.data.tokenizer import A_ID, BOS_ID, N_ID, T_ID, NucleotideTokenizer
 from biomoe.inference.generate import generate, parse_region
 from biomoe.inference.sampling import SamplingSettings, sample_next
-from biomoe.model.config import ModelConfig
 from biomoe.model.transformer import KVCache, MoETransformer
 from biomoe.cli.main import main as cli_main
 from conftest import random_dna, save_checkpoint
 
 TOK = NucleotideTokenizer()
-CFG = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-           ffn_hidden_size=32, init_std=0.3)  # large init: outputs depend visibly on context
 
 
 @pytest.fixture
-def model() -> MoETransformer:
+def model(tiny_config) -> MoETransformer:
     torch.manual_seed(0)
-    return MoETransformer(ModelConfig(**CFG)).eval()
+    return MoETransformer(tiny_config(init_std=0.3)).eval()  # large init: outputs depend visibly on context
 
 
 @pytest.fixture

@@ -15,20 +15,17 @@ from biomoe.inference.generate import generate
 from biomoe.inference.sampling import SamplingSettings
 from biomoe.inference.static_decoder import StaticDecoder
 from biomoe.model.backends import LayerBackends
-from biomoe.model.config import ModelConfig
 from biomoe.model.moe import TopKRouter
 from biomoe.model.moe.experts import LoopBackend
 from biomoe.model.transformer import KVCache, MoETransformer, StaticKVCache
 
 TOK = NucleotideTokenizer()
-CFG = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
-           ffn_hidden_size=32, init_std=0.3)  # large init: outputs depend visibly on context
 
 
 @pytest.fixture
-def model() -> MoETransformer:
+def model(tiny_config) -> MoETransformer:
     torch.manual_seed(0)
-    return MoETransformer(ModelConfig(**CFG)).eval()
+    return MoETransformer(tiny_config(init_std=0.3)).eval()  # large init: outputs depend visibly on context
 
 
 def _bases(b: int, n: int, seed: int) -> torch.Tensor:

@@ -228,7 +228,16 @@ def test_a_round_trip_scores_exactly_as_the_original_with_default_windows(tmp_pa
 
 
 def test_a_foreign_mixtral_records_no_training_length(tmp_path):
-    from biomoe.interop.hf import exported_training_length
+    """Another model's max_position_embeddings is what it accepts, not what it was trained on."""
+    from biomoe.checkpoint.records import training_seq_length
 
-    config = {"vocab_size": 32000, "max_position_embeddings": 4096}
-    assert exported_training_length(tmp_path, config) is None
+    cfg = tiny_cfg()
+    torch.manual_seed(0)
+    torch.save({"state_dict": {f"model.{k}": v for k, v in MoETransformer(cfg).state_dict().items()},
+                "hyper_parameters": {"config": cfg}, "datamodule_hyper_parameters": {"seq_length": 96}},
+               tmp_path / "m.ckpt")
+    export_hf(tmp_path / "m.ckpt", tmp_path / "hf")
+    (tmp_path / "hf" / "tokenizer.json").unlink()  # no tokenizer of biomoe's: a foreign folder
+    with pytest.warns(UserWarning, match="not biomoe's vocabulary"):
+        import_hf(tmp_path / "hf", tmp_path / "back.ckpt")
+    assert training_seq_length(tmp_path / "back.ckpt") is None
