@@ -208,6 +208,10 @@ class InferenceSettings:
     defaults, and biomoe's default for the device on the HF side."""
     seed: int = 0
     work_dir: Path | None = None
+    kernels: list[str] = field(default_factory=lambda: ["default"])
+    """biomoe contenders by kernels: ``default`` (contender ``biomoe``: the command's own choice),
+    ``torch`` or ``te`` (``biomoe-torch``, ``biomoe-te``: attention, norm, router and dispatch on those
+    kernels through the commands' ``--*-backend`` options), timed interleaved against one HF side."""
     fresh_process: bool = True
     """Each run a new process, as users run the commands (biomoe: ``python cli.py ...``; HF:
     ``python -m bench.inference_hf_job ...``); False runs both inside this process, warm, a
@@ -226,12 +230,32 @@ def plan_inference(settings: InferenceSettings) -> list[str]:
         raise ValueError(f"--inference-tasks: unknown {', '.join(unknown)}; choose from {', '.join(INFERENCE_TASKS)}")
     if settings.repeats < 1 or settings.length < 1 or settings.variants < 1 or not settings.samples:
         raise ValueError("--inference-repeats, --inference-length, --inference-variants must be >= 1")
+    bad = [k for k in settings.kernels if k not in KERNEL_SETS]
+    if bad or not settings.kernels:
+        raise ValueError(f"--inference-kernels: unknown {', '.join(bad) or '(none given)'}; "
+                         f"choose from {', '.join(KERNEL_SETS)}")
     ids = []
     for name in settings.networks:
         label = network_config(name)[0]
         for task in task_names(settings):
-            ids += [f"{label}/{task}/{BIOMOE}", f"{label}/{task}/{HF}"]
+            ids += [f"{label}/{task}/{contender_name(k)}" for k in settings.kernels] + [f"{label}/{task}/{HF}"]
     return ids
+
+
+KERNEL_SETS = ("default", "torch", "te")
+"""What ``--inference-kernels`` accepts (see :attr:`InferenceSettings.kernels`)."""
+
+
+def contender_name(kernels: str) -> str:
+    """``biomoe`` for the commands' own kernel choice, ``biomoe-torch`` / ``biomoe-te`` otherwise."""
+    return BIOMOE if kernels == "default" else f"{BIOMOE}-{kernels}"
+
+
+def kernel_options(kernels: str) -> list[str]:
+    """The command-line options that put every layer component on ``kernels`` (none for default)."""
+    if kernels == "default":
+        return []
+    return [opt for name in ("attention", "norm", "router", "dispatch") for opt in (f"--{name}-backend", kernels)]
 
 
 def task_names(settings: InferenceSettings) -> list[str]:
@@ -267,7 +291,8 @@ class Task:
     basis: str
     context: int
     tokens_per_unit: float
-    biomoe: Callable[[bool], dict[str, Any]]
+    biomoe: dict[str, Callable[[bool], dict[str, Any]]]
+    """Contender name (:func:`contender_name`) -> one run of the command with those kernels."""
     hf: Callable[[bool], dict[str, Any]] | None
     samples: int | None = None
     """Generation: samples per call (decode steps = work / samples)."""
@@ -316,6 +341,9 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
     fresh = s.fresh_process
     common = ["--export", export, "--device", dev, "--window", s.window, "--batch-tokens", hf_tokens]
 
+    def per_kernels(make: Callable[[str], Callable[[bool], dict[str, Any]]]) -> dict[str, Callable]:
+        return {contender_name(k): make(k) for k in s.kernels}
+
     def hf_side(job: str, extra: list[object],
                 in_process: Callable[[], Any]) -> Callable[[bool], dict[str, Any]] | None:
         """HF's run of a job: its own process (``fresh``), else ``in_process()`` here; None without transformers."""
@@ -330,10 +358,10 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
             argv, missing = build_argv("score-fasta", [str(ckpt), str(fasta)], {"--out": out},
                                        {"--window": s.window, **batch, "--no-progress": True, "--device": dev})
             tasks.append(Task(task, "bases/s", "wall", s.window, 1.0,
-                              lambda warm, a=argv, m=missing, o=out: _biomoe_run(
-                                  a, m, device, genome_bases,
+                              per_kernels(lambda k, a=argv, m=missing, o=out: lambda warm: _biomoe_run(
+                                  a + kernel_options(k), m, device, genome_bases,
                                   lambda: {"log_likelihood": sum(_tsv_column(o.with_suffix(".tsv"), "log_likelihood"))},
-                                  fresh),
+                                  fresh)),
                               hf_side("score-fasta", ["--fasta", fasta],
                                       lambda: hf.hf_score_fasta(export, fasta, device, s.window, hf_tokens))))
         elif task == "embed":
@@ -342,7 +370,8 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
                                        {"--pool-size": s.pool_size, "--window": s.window, **batch,
                                         "--no-progress": True, "--device": dev})
             tasks.append(Task(task, "bases/s", "wall", s.window, 1.0,
-                              lambda warm, a=argv, m=missing: _biomoe_run(a, m, device, genome_bases, fresh=fresh),
+                              per_kernels(lambda k, a=argv, m=missing: lambda warm: _biomoe_run(
+                                  a + kernel_options(k), m, device, genome_bases, fresh=fresh)),
                               hf_side("embed", ["--fasta", fasta, "--pool-size", s.pool_size],
                                       lambda: hf.hf_embed(export, fasta, device, s.window, hf_tokens, s.pool_size))))
         elif task == "score-variants":
@@ -351,9 +380,9 @@ def build_tasks(label: str, config: dict[str, Any], ckpt: Path, export: Path, fa
                                        {"--variants": variants, "--out": out},
                                        {"--window": s.window, **batch, "--no-progress": True, "--device": dev})
             tasks.append(Task(task, "variants/s", "wall", s.window, 2.0 * s.window,
-                              lambda warm, a=argv, m=missing, o=out: _biomoe_run(
-                                  a, m, device, s.variants,
-                                  lambda: {"mean_llr": float(np.mean(_tsv_column(o, "llr")))}, fresh),
+                              per_kernels(lambda k, a=argv, m=missing, o=out: lambda warm: _biomoe_run(
+                                  a + kernel_options(k), m, device, s.variants,
+                                  lambda: {"mean_llr": float(np.mean(_tsv_column(o, "llr")))}, fresh)),
                               hf_side("score-variants", ["--fasta", fasta, "--variants", variants],
                                       lambda: hf.hf_score_variants(export, fasta, variants, device, s.window,
                                                                    hf_tokens))))
@@ -377,10 +406,12 @@ def _generate_task(label: str, n: int, ckpt: Path, export: Path, s: InferenceSet
                           {"--num-samples": n, "--length": length, "--batch-size": n, "--no-progress": True,
                            "--device": str(device)})
 
-    def biomoe(warm: bool) -> dict[str, Any]:
-        length = warm_length if warm else s.length
-        argv, missing = argv_for(length)
-        return _biomoe_run(argv, missing, device, n * length, fresh=fresh)
+    def biomoe(kernels: str) -> Callable[[bool], dict[str, Any]]:
+        def run(warm: bool) -> dict[str, Any]:
+            length = warm_length if warm else s.length
+            argv, missing = argv_for(length)
+            return _biomoe_run(argv + kernel_options(kernels), missing, device, n * length, fresh=fresh)
+        return run
 
     def hf_run(warm: bool) -> dict[str, Any]:
         length = warm_length if warm else s.length
@@ -391,7 +422,8 @@ def _generate_task(label: str, n: int, ckpt: Path, export: Path, s: InferenceSet
         result["held_bytes"] = result["details"].pop("held_bytes", 0)
         return result
 
-    return Task(f"generate-{n}", "bases/s", "compute", s.length, 1.0, biomoe, hf_run if have_hf else None, n,
+    return Task(f"generate-{n}", "bases/s", "compute", s.length, 1.0,
+                {contender_name(k): biomoe(k) for k in s.kernels}, hf_run if have_hf else None, n,
                 None if generator is None else generator.close)
 
 
@@ -479,7 +511,7 @@ def _summarise(record: InferenceRecord, runs: list[dict[str, Any]], task: Task, 
 def measure_task(label: str, task: Task, config: dict[str, Any], s: InferenceSettings,
                  log: Callable[[str], None]) -> list[InferenceRecord]:
     """Warm-up of each contender, then ``repeats`` interleaved runs of biomoe and HF."""
-    contenders = [(BIOMOE, task.biomoe)] + ([(HF, task.hf)] if task.hf is not None else [])
+    contenders = list(task.biomoe.items()) + ([(HF, task.hf)] if task.hf is not None else [])
     records = {name: InferenceRecord(label, task.name, name, task.unit) for name, _ in contenders}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in contenders}
     for name, run in contenders:
@@ -516,7 +548,7 @@ def measure_task(label: str, task: Task, config: dict[str, Any], s: InferenceSet
         record = records[name]
         if record.status == "ok" and runs[name]:
             basis = task.basis
-            if basis == "compute" and any("compute_seconds" not in r for r in runs.get(BIOMOE, [])):
+            if basis == "compute" and any("compute_seconds" not in r for c in task.biomoe for r in runs.get(c, [])):
                 basis = "wall"  # the command reports no timing of its own: both sides on the wall clock
             record.basis = basis
             _summarise(record, runs[name], task, config)
@@ -528,11 +560,12 @@ def measure_task(label: str, task: Task, config: dict[str, Any], s: InferenceSet
         elif record.status == "ok":
             record.status, record.error = "error", "no run finished"
     hf_record = records.get(HF)
-    if hf_record is None:
-        records[BIOMOE].details["hf"] = "not run: transformers is not installed"
-    bio = records[BIOMOE]
-    if hf_record is not None and hf_record.status == "ok" and bio.status == "ok" and hf_record.rate:
-        bio.ratio_vs_hf = bio.rate / hf_record.rate  # both on the same basis (chosen above from biomoe's runs)
+    for name in task.biomoe:
+        bio = records[name]
+        if hf_record is None:
+            bio.details["hf"] = "not run: transformers is not installed"
+        elif hf_record.status == "ok" and bio.status == "ok" and hf_record.rate:
+            bio.ratio_vs_hf = bio.rate / hf_record.rate  # both on the same basis (chosen above from biomoe's runs)
     return list(records.values())
 
 
@@ -670,8 +703,8 @@ def inference_markdown(report: dict[str, Any]) -> str:
                          f"{_num(r.get('steps_per_s'), ',.0f')} | {ratio} | {_num(r.get('tflops'), '.1f')} | "
                          f"{_num(r.get('peak_mem_gb'), '.1f')} | {_seconds(r.get('cold_seconds'))} | "
                          f"{_seconds(_median_seconds(r))} | {len(r.get('runs') or [])} | {status} |")
-        commands = [(r["task"], r["details"]["argv"]) for r in records
-                    if r["network"] == network and r["contender"] == BIOMOE and "argv" in r.get("details", {})]
+        commands = [(f"{r['task']} ({r['contender']})", r["details"]["argv"]) for r in records
+                    if r["network"] == network and r["contender"] != HF and "argv" in r.get("details", {})]
         if commands:
             work = report.get("work_dir")
             shown = [(task, " ".join(argv).replace(work, "WORK") if work else " ".join(argv))

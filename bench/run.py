@@ -384,6 +384,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                            help="random SNVs scored by score-variants (default 4096)")
     inference.add_argument("--inference-window", type=int, default=1024,
                            help="bases per window of score-fasta, embed and score-variants (default 1024)")
+    inference.add_argument("--inference-kernels", default="default",
+                           help="biomoe contenders, comma-separated: default (the commands' own kernels), torch, te "
+                                "(every layer component on those kernels); each timed against the same HF runs")
     inference.add_argument("--inference-in-process", action="store_true",
                            help="run the commands and HF inside this process, warm (a diagnostic of the steady "
                                 "state); by default each run is a fresh process, as users run them, cold then warm")
@@ -434,7 +437,7 @@ def inference_settings(args: argparse.Namespace) -> InferenceSettings:
         repeats=args.inference_repeats, length=args.inference_length,
         samples=[int(n) for n in _split(args.inference_samples)], variants=args.inference_variants,
         window=args.inference_window, batch_tokens=args.inference_batch_tokens,
-        fresh_process=not args.inference_in_process)
+        kernels=_split(args.inference_kernels), fresh_process=not args.inference_in_process)
 
 
 def main(argv: list[str] | None = None) -> int:

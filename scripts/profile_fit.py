@@ -73,30 +73,36 @@ class StepProfiler(L.Callback):
             self.start = -1  # once
 
     def _write(self, prof: torch.profiler.profile, wall: float, trainer) -> None:
-        per_kernel: dict[str, float] = defaultdict(float)
-        calls: dict[str, int] = defaultdict(int)
-        for event in prof.events():
-            if event.device_type == torch.autograd.DeviceType.CUDA:
-                per_kernel[event.name] += event.self_device_time_total
-                calls[event.name] += 1
-        total = max(sum(per_kernel.values()), 1e-9)
-        per_kind: dict[str, float] = defaultdict(float)
-        for name, us in per_kernel.items():
-            per_kind[kernel_kind(name)] += us
-        lines = [f"wall per step {wall * 1e3:.2f} ms; GPU kernel time per step {total / self.steps / 1e3:.2f} ms "
-                 f"({len(per_kernel)} kernels, {sum(calls.values()) // self.steps} launches per step)", "",
-                 "kind  ms/step  share"]
-        for kind, us in sorted(per_kind.items(), key=lambda kv: -kv[1]):
-            lines.append(f"{kind:15s} {us / self.steps / 1e3:8.2f} {us / total:6.1%}")
-        lines += ["", "ms/step  calls/step  share  kind  kernel"]
-        for name, us in sorted(per_kernel.items(), key=lambda kv: -kv[1])[:60]:
-            lines.append(f"{us / self.steps / 1e3:8.3f} {calls[name] / self.steps:6.0f} {us / total:6.1%} "
-                         f"{kernel_kind(name):14s} {name[:150]}")
-        ops = prof.key_averages().table(sort_by="self_device_time_total", row_limit=40, max_name_column_width=60)
-        text = "\n".join(lines) + "\n\nOperators (all profiled steps):\n" + ops + "\n"
+        text = kernel_table(prof, wall, self.steps, "step")
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.out.write_text(text)
-        print("\n".join(lines[:14]), file=sys.stderr, flush=True)
+        print("\n".join(text.splitlines()[:14]), file=sys.stderr, flush=True)
+
+
+def kernel_table(prof: torch.profiler.profile, wall: float, units: int, unit: str) -> str:
+    """The profile's CUDA kernels as text: milliseconds per ``unit`` by kind, then by kernel, then
+    torch's operator table; ``wall`` is host seconds per unit."""
+    per_kernel: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            per_kernel[event.name] += event.self_device_time_total
+            calls[event.name] += 1
+    total = max(sum(per_kernel.values()), 1e-9)
+    per_kind: dict[str, float] = defaultdict(float)
+    for name, us in per_kernel.items():
+        per_kind[kernel_kind(name)] += us
+    lines = [f"wall per {unit} {wall * 1e3:.2f} ms; GPU kernel time per {unit} {total / units / 1e3:.2f} ms "
+             f"({len(per_kernel)} kernels, {sum(calls.values()) // units} launches per {unit})", "",
+             f"kind  ms/{unit}  share"]
+    for kind, us in sorted(per_kind.items(), key=lambda kv: -kv[1]):
+        lines.append(f"{kind:15s} {us / units / 1e3:8.2f} {us / total:6.1%}")
+    lines += ["", f"ms/{unit}  calls/{unit}  share  kind  kernel"]
+    for name, us in sorted(per_kernel.items(), key=lambda kv: -kv[1])[:60]:
+        lines.append(f"{us / units / 1e3:8.3f} {calls[name] / units:6.0f} {us / total:6.1%} "
+                     f"{kernel_kind(name):14s} {name[:150]}")
+    ops = prof.key_averages().table(sort_by="self_device_time_total", row_limit=40, max_name_column_width=60)
+    return "\n".join(lines) + "\n\nOperators (all profiled):\n" + ops + "\n"
 
 
 def main() -> int:

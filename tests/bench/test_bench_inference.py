@@ -190,3 +190,28 @@ def test_steady_rate_leaves_the_first_batch_out():
     record = InferenceRecord("tiny-net", "score-fasta", "hf", "bases/s", basis="compute")
     _summarise(record, [{"seconds": 10.0, "compute_seconds": 6.8, "work": 4_100_000}], task, config)
     assert record.steady_rate is None and record.compute_rate == pytest.approx(4_100_000 / 6.8)
+
+
+def test_kernel_contenders_are_timed_against_the_same_hf_runs(tmp_path, tiny_inputs, one_thread):
+    """``--inference-kernels default,torch``: one row per kernel set, each command told its kernels
+    on its command line, both against one HF side; on a CPU both compute the same scores."""
+    net, fasta = tiny_inputs
+    settings = InferenceSettings(device=torch.device("cpu"), networks=[str(net)], tasks=["score-fasta"],
+                                 fasta=fasta, repeats=1, window=128, work_dir=tmp_path, kernels=["default", "torch"],
+                                 fresh_process=False)
+    assert plan_inference(settings) == ["tiny-net/score-fasta/biomoe", "tiny-net/score-fasta/biomoe-torch",
+                                        "tiny-net/score-fasta/hf"]
+    report = run_inference(settings, tmp_path / "out", "python -m bench --inference-only", {},
+                           log=lambda line: None)
+    records = {r["contender"]: r for r in report["records"]}
+    default, torch_kernels = records["biomoe"], records["biomoe-torch"]
+    assert default["status"] == torch_kernels["status"] == "ok"
+    assert "--attention-backend" not in default["details"]["argv"]
+    argv = torch_kernels["details"]["argv"]
+    assert argv[argv.index("--attention-backend") + 1] == "torch" and argv[argv.index("--norm-backend") + 1] == "torch"
+    assert torch_kernels["details"]["log_likelihood"] == pytest.approx(default["details"]["log_likelihood"], rel=1e-6)
+    if _has_transformers():
+        assert default["ratio_vs_hf"] and torch_kernels["ratio_vs_hf"]
+    assert "(biomoe-torch)" in (tmp_path / "out" / "inference.md").read_text()
+    with pytest.raises(ValueError, match="--inference-kernels"):
+        plan_inference(InferenceSettings(torch.device("cpu"), [str(net)], kernels=["cudnn"]))
