@@ -1,12 +1,14 @@
 """A checkpoint as a model ready to run: the one load path of every command that uses a trained model.
 
-Scoring, embedding, variant effects, generation and routing all run the network exactly as
-training builds it: :func:`biomoe.build.build_model` with a
-:class:`~biomoe.model.config.RuntimeConfig`, so the same kernels (TE attention, norm, router and
-permute, grouped experts, an FP8 recipe where asked) run in inference as in ``fit``, and the same
-``biomoe kernels on ...`` line says which.
+Scoring, embedding, variant effects, generation and routing all build the network as training
+does: :func:`biomoe.build.build_model` with a :class:`~biomoe.model.config.RuntimeConfig`, and the
+same ``biomoe kernels on ...`` line says which kernels run. Which kernels is chosen for inference,
+by measurement, not copied from training (:data:`INFERENCE_LAYER_KERNELS`): in bf16 every layer runs
+torch's kernels (SDPA attention, torch norm, router and dispatch, ``torch._grouped_mm`` experts)
+unless the command names others (``--attention-backend te`` ...); an FP8/FP4 precision keeps the
+recorded kernels, which its recipe needs.
 
-What differs from training is only what inference does not need:
+What differs from training is also what inference does not need:
 
 * weights are stored in the compute dtype (``bf16`` on a GPU: no fp32 master copy, no autocast
   casts per matmul), except the routers, which stay fp32 because small logit differences decide
@@ -49,6 +51,13 @@ the training precisions (weights in bf16; an FP8/FP4 name also enters its TE rec
 
 RUNTIME_OVERRIDES: tuple[str, ...] = ("expert_backend", *LAYER_BACKEND_FIELDS, "compile")
 """RuntimeConfig fields a command may set for inference (the rest do not apply to it)."""
+
+INFERENCE_LAYER_KERNELS = "torch"
+"""The layer kernels of the use commands in bf16 and fp32, whatever training used. Measured on an
+H100, each command a fresh process (docs/benchmarks.md, "Kernels of the use commands"): with
+Transformer Engine's attention, norm, router and dispatch a bf16 ``score-fasta`` of a 4.1 Mb genome
+took 14.1 s, with torch's 6.2 s. TE's layers scored about 5 % faster once warm, but its import and
+first forward cost about 8 s a process, more than that buys back below a few hundred megabases."""
 
 
 def default_precision(device: torch.device | str) -> str:
@@ -101,6 +110,10 @@ def _choose_kernels(device: torch.device, precision: str | None,
     if precision == "fp32":
         fields.update({name: "torch" for name in LAYER_BACKEND_FIELDS})
         fields["expert_backend"] = "grouped"  # the per-expert loop where _grouped_mm has no fp32 kernel
+    elif precision == "bf16":
+        fields.update({name: INFERENCE_LAYER_KERNELS for name in LAYER_BACKEND_FIELDS})
+        if str(fields.get("expert_backend", "")).startswith("te"):
+            fields["expert_backend"] = "auto"  # TE's experts need its import; bf16's auto is torch's grouped GEMM
     fields.update({k: v for k, v in (overrides or {}).items() if v is not None})
     runtime_precision = "bf16" if precision == "fp32" else precision
     config = config or ModelConfig()

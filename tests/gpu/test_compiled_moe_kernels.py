@@ -31,8 +31,8 @@ def test_the_compiled_moe_step_has_no_sorting_scatter_kernel_and_counts_as_eager
                       router_backend="torch", dispatch_backend="torch")
     device = torch.device("cuda")
     torch.manual_seed(0)
-    eager = build_model(cfg, RuntimeConfig(**torch_only), device).model
-    compiled = build_model(cfg, RuntimeConfig(compile=True, **torch_only), device).model
+    eager = build_model(cfg, RuntimeConfig(**torch_only), device).model.to(device)  # built where torch builds
+    compiled = build_model(cfg, RuntimeConfig(compile=True, **torch_only), device).model.to(device)
     compiled.load_state_dict(eager.state_dict())
     tokens = torch.randint(0, 64, (8, 512), device=device)
     _step(compiled, tokens)  # compiles

@@ -200,3 +200,20 @@ def test_a_cpu_rate_is_written_in_kbp_a_gpu_rate_in_mbp():
 
     assert base_rate(5_483_536, 865.32) == "6.3 kbp/s"
     assert base_rate(13_500_000, 6.1) == "2.21 Mbp/s"
+
+
+def test_bf16_inference_runs_torch_kernels_whatever_training_recorded():
+    """The use commands choose their own kernels (measured: TE's import and first forward cost
+    seconds a process); a kernel the command names is kept, and so refused where it cannot run."""
+    from biomoe.inference.load import inference_runtime
+    from biomoe.model.config import LAYER_BACKEND_FIELDS
+
+    recorded = {name: "te" for name in LAYER_BACKEND_FIELDS} | {"expert_backend": "te_fused"}
+    runtime, precision = inference_runtime("cpu", "bf16", recorded, config=tiny_config())
+    assert precision == "bf16"
+    assert {getattr(runtime, name) for name in LAYER_BACKEND_FIELDS} == {"torch"}
+    assert runtime.expert_backend == "auto"
+    kept, _ = inference_runtime("cpu", "bf16", {"expert_backend": "loop"}, config=tiny_config())
+    assert kept.expert_backend == "loop"  # a torch expert backend as recorded
+    with pytest.raises(ConfigError, match="te needs"):
+        inference_runtime("cpu", "bf16", recorded, overrides={"norm_backend": "te"}, config=tiny_config())
