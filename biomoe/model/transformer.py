@@ -60,12 +60,22 @@ def rotary_tables_at(position_ids: Tensor, head_dim: int, theta: float) -> tuple
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (first half, second half) of each head, as Llama/Mixtral/HF do. x: [b, h, s, d];
-    cos/sin [s, d/2] (shared by the rows) or [b, s, d/2] (per token)."""
-    x1, x2 = x.float().chunk(2, dim=-1)
-    cos, sin = (cos[None, None], sin[None, None]) if cos.dim() == 2 else (cos[:, None], sin[:, None])
-    rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-    return rotated.to(x.dtype)
+    """Rotate pairs (first half, second half) of each head, as Llama/Mixtral/HF do, in fp32; the
+    result in ``x``'s dtype. x: [b, s, h, d] (the projection's own layout: contiguous, so every
+    pass below runs at memory speed; transpose afterwards); cos/sin [s, d/2] (shared by the rows)
+    or [b, s, d/2] (per token).
+
+    Six passes over half-heads (each product read straight from bf16 into fp32, one fused
+    multiply-add, one rounding copy into the output) instead of casting the whole tensor to fp32
+    and back around four products, two sums and a concatenation: in eager mode this was a fifth of
+    a bf16 scoring forward's GPU time."""
+    half = x.shape[-1] // 2
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads
+    x1, x2 = x[..., :half], x[..., half:]
+    out = torch.empty_like(x)
+    out[..., :half] = torch.mul(x1, cos).addcmul_(x2, sin, value=-1.0)
+    out[..., half:] = torch.mul(x2, cos).addcmul_(x1, sin)
+    return out
 
 
 def expand_kv_heads(k: Tensor, v: Tensor, num_heads: int) -> tuple[Tensor, Tensor]:
@@ -185,10 +195,9 @@ class Attention(nn.Module):
         """``documents``: the rows hold several documents, and no token attends across a boundary
         (no cache: the model refuses that pairing)."""
         b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q = apply_rotary(self.q_proj(x).view(b, s, self.num_heads, self.head_dim), cos, sin).transpose(1, 2)
+        k = apply_rotary(self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim), cos, sin).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if isinstance(cache, StaticKVCache):
             return self.o_proj(self._static_attention(q, k, v, cache, layer_id))
         past = 0
