@@ -41,6 +41,7 @@ from biomoe.data.sources.corpus_splits import read_splits
 from biomoe.files import write_text
 
 from bench.expert_contenders import contender_args
+from bench.expert_curves import PowerLaw, crossover, fit_power_law
 
 # -- the subset that travels ----------------------------------------------------------------------
 def _wrap(seq: str, width: int = 80) -> str:
@@ -124,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
 
 # -- the report -------------------------------------------------------------------------------
 GROUPS = {"train": "seen species", "heldout-strain": "held-out strains", "heldout-species": "held-out species"}
+HELD_OUT = ("held-out strains", "held-out species")
 
 
 @dataclass
@@ -134,6 +136,9 @@ class Contender:
     tokens_per_s: float | None = None
     wall_s: float | None = None
     final: dict[str, float] = field(default_factory=dict)
+    seconds: list[tuple[int, float]] = field(default_factory=list)
+    """(tokens, training seconds so far) at each validation: the fit's own ``train/seconds`` (its GPU
+    time with validation left out, across resumed parts); empty for runs that did not log it."""
 
 
 def _label(file_name: str) -> str:
@@ -156,11 +161,11 @@ def read_contender(run_dir: Path, splits: dict[str, str]) -> Contender:
     """Per-group mean of the per-genome validation bits/base (each genome counts once) at every validation."""
     command = (run_dir / "command.txt").read_text().split()
     value = {command[i]: command[i + 1] for i in range(len(command) - 1) if command[i].startswith("--")}
-    metrics = sorted(run_dir.glob("version_*/metrics.csv"))
+    metrics = sorted(run_dir.glob("version_*/metrics.csv"), key=_version_number)
     if not metrics:
         raise NoCurve(f"{run_dir.name}: no metrics ({_last_line(run_dir / 'fit.log')})")
     label_split = {_label(f): s for f, s in splits.items()}
-    rows = list(csv.DictReader(metrics[-1].open()))
+    rows = _resumed_rows(metrics)
     c = Contender(run_dir.name, 0)
     speeds = [float(r["train/tokens_per_s"]) for r in rows if r.get("train/tokens_per_s")]
     c.tokens_per_s = statistics.median(speeds[len(speeds) // 4:]) if speeds else None
@@ -179,8 +184,37 @@ def read_contender(run_dir: Path, splits: dict[str, str]) -> Contender:
             tokens = (int(r["step"]) + 1) * c.tokens_per_step
             for group, values in per_group.items():
                 c.curve.setdefault(group, []).append((tokens, float(np.mean(values))))
+            trained = [float(t["train/seconds"]) for t in rows
+                       if t.get("train/seconds") and t.get("step") and int(t["step"]) <= int(r["step"])]
+            if trained:
+                c.seconds.append((tokens, trained[-1]))
     c.final = {group: points[-1][1] for group, points in c.curve.items()}
     return c
+
+
+def _version_number(path: Path) -> int:
+    try:
+        return int(path.parent.name.removeprefix("version_"))
+    except ValueError:
+        return -1
+
+
+def _resumed_rows(metrics: list[Path]) -> list[dict[str, str]]:
+    """The rows of every part of a run (a resumed fit logs into a new version folder), in order; a
+    step logged again by a later part (the steps after its checkpoint) keeps the later part's rows."""
+    rows: list[dict[str, str]] = []
+    for path in metrics:
+        part = list(csv.DictReader(path.open()))
+        steps = [int(r["step"]) for r in part if r.get("step")]
+        if steps:
+            rows = [r for r in rows if not r.get("step") or int(r["step"]) < min(steps)]
+        rows += part
+    return rows
+
+
+def seconds_at(c: Contender, tokens: int) -> float | None:
+    """Training seconds at the validation of ``tokens`` (None where the run logged none)."""
+    return next((s for t, s in c.seconds if t == tokens), None)
 
 
 def _data_shape(run_dir: Path, value: dict[str, str]) -> tuple[int, int]:
@@ -216,21 +250,26 @@ def markdown(contenders: list[Contender], command: str) -> str:
     common = min(reached) if reached else 0
     dense = next((c for c in contenders if c.name.endswith("dense")), None)
     lines = [f"Held-out bits/base after {common / 1e6:.1f}M training tokens (every contender's validation at that "
-             "point; mean over the genomes of each group), the tokens each needed to reach the dense model's "
-             "bits/base there, throughput side by side on one GPU and wall time.", "",
+             "point; mean over the genomes of each group), the tokens and the training GPU time (the fit's own "
+             "train/seconds, validation left out) each needed to reach the dense model's bits/base there, "
+             "its training tokens/s and wall time.", "",
              "| model | " + " | ".join(groups) + " | tokens to dense's (held-out strains / species) | "
-             "tokens/s (side by side) | wall |",
-             "| --- | " + " | ".join("---:" for _ in groups) + " | ---: | ---: | ---: |"]
+             "GPU time to dense's (strains / species) | tokens/s | wall |",
+             "| --- | " + " | ".join("---:" for _ in groups) + " | ---: | ---: | ---: | ---: |"]
     for c in contenders:
         cells = [_bits(at_tokens(c, g, common)) for g in groups]
-        ratios = []
-        for g in ("held-out strains", "held-out species"):
+        ratios, gpu = [], []
+        for g in HELD_OUT:
             target = at_tokens(dense, g, common) if dense is not None else None
             need = tokens_to_reach(c, g, target) if target is not None else None
             ratios.append("–" if need is None or not common else f"{need / common:.2f}x")
+            mine = seconds_at(c, need) if need is not None else None
+            theirs = seconds_at(dense, common) if dense is not None else None
+            gpu.append("–" if mine is None or not theirs else f"{mine / theirs:.2f}x")
         speed = f"{c.tokens_per_s / 1e3:.0f}k" if c.tokens_per_s else "–"
         wall = f"{c.wall_s:.0f} s" if c.wall_s else "–"
-        lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {' / '.join(ratios)} | {speed} | {wall} |")
+        lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {' / '.join(ratios)} | {' / '.join(gpu)} | "
+                     f"{speed} | {wall} |")
     lines += ["", "At each run's last validation (runs stopped by the time limit end earlier):", "",
               "| model | tokens | " + " | ".join(groups) + " |",
               "| --- | ---: | " + " | ".join("---:" for _ in groups) + " |"]
@@ -238,7 +277,53 @@ def markdown(contenders: list[Contender], command: str) -> str:
         last = max((p[0] for pts in c.curve.values() for p in pts), default=0)
         cells = [_bits(at_tokens(c, g, last)) for g in groups]
         lines.append(f"| {c.name} | {last / 1e6:.1f}M | " + " | ".join(cells) + " |")
+    lines += fits_markdown(contenders, dense)
     return "\n".join(lines) + f"\n\n```bash\n{command}\n```\n"
+
+
+def fits(c: Contender) -> dict[str, PowerLaw]:
+    """The held-out groups' power-law fits of one contender (groups with too few points left out)."""
+    out = {}
+    for group in HELD_OUT:
+        points = c.curve.get(group, [])
+        law = fit_power_law([t for t, _ in points], [b for _, b in points])
+        if law is not None:
+            out[group] = law
+    return out
+
+
+def training_rate(c: Contender) -> float | None:
+    """Tokens per training second over the whole run (its last validation's tokens / train/seconds)."""
+    if c.seconds and c.seconds[-1][1] > 0:
+        return c.seconds[-1][0] / c.seconds[-1][1]
+    return c.tokens_per_s
+
+
+def fits_markdown(contenders: list[Contender], dense: Contender | None) -> list[str]:
+    """``L(T) = E + A·T^-α`` per contender and held-out group, and the projected crossover with dense."""
+    lines = ["", "Power-law fits of held-out bits/base against training tokens, L(T) = E + A·T^-α (validations "
+             "after the first), and where each MoE's fitted curve falls below the dense model's: in tokens, "
+             "and in training GPU seconds at each model's own tokens/s (beyond the measured tokens this is a "
+             "projection):", "",
+             "| model | group | E | A | α | rmse | points | crossover tokens | crossover GPU time |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    dense_fits = fits(dense) if dense is not None else {}
+    dense_rate = training_rate(dense) if dense is not None else None
+    for c in contenders:
+        rate = training_rate(c)
+        for group, law in fits(c).items():
+            cross_t = cross_s = "–"
+            other = dense_fits.get(group)
+            if other is not None and c is not dense:
+                start = min(t for t, _ in c.curve[group])
+                found = crossover(law, other, start)
+                cross_t = "none below 1e15" if found is None else f"{found / 1e6:,.0f}M"
+                if rate and dense_rate:
+                    found_s = crossover(law, other, start / rate, moe_rate=rate, dense_rate=dense_rate)
+                    cross_s = "none" if found_s is None else f"{found_s / 3600:,.2f} h"
+            lines.append(f"| {c.name} | {group} | {law.E:.4f} | {law.A:.4g} | {law.alpha:.3f} | {law.rmse:.5f} | "
+                         f"{law.points} | {cross_t} | {cross_s} |")
+    return lines
 
 
 def plot(contenders: list[Contender], path: Path) -> None:
@@ -248,18 +333,30 @@ def plot(contenders: list[Contender], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     groups = list(GROUPS.values())
-    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), sharex=True)
-    for ax, group in zip(axes, groups):
+    timed = any(c.seconds for c in contenders)
+    rows = 2 if timed else 1
+    fig, axes = plt.subplots(rows, len(groups), figsize=(5 * len(groups), 4 * rows), squeeze=False)
+    for col, group in enumerate(groups):
         for c in contenders:
             pts = c.curve.get(group)
-            if pts:
-                style = "--" if "dense" in c.name else "-"
-                ax.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], style, marker=".", label=c.name)
-        ax.set_title(group)
-        ax.set_xlabel("training tokens (millions)")
+            if not pts:
+                continue
+            style = "--" if "dense" in c.name else "-"
+            axes[0][col].plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], style, marker=".", label=c.name)
+            seconds = dict(c.seconds)
+            timed_pts = [(seconds[t], b) for t, b in pts if t in seconds]
+            if timed and timed_pts:
+                axes[1][col].plot([s / 60 for s, _ in timed_pts], [b for _, b in timed_pts], style, marker=".",
+                                  label=c.name)
+        axes[0][col].set_title(group)
+        axes[0][col].set_xlabel("training tokens (millions)")
+        if timed:
+            axes[1][col].set_xlabel("training GPU time, each model alone (minutes)")
+    for ax in axes.flat:
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("bits/base")
-    axes[-1].legend(fontsize=8)
+    for row in axes:
+        row[0].set_ylabel("bits/base")
+    axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp.png")
     fig.savefig(tmp, dpi=110)
@@ -319,11 +416,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--command", default="", help="the command line to record in the summary")
     p.add_argument("--machine", default="", help="the machine the runs ran on, to record in the summary")
-    from bench.expert_speed import add_parser, speed
+    from bench import expert_speed, expert_study
 
-    add_parser(sub)
+    expert_speed.add_parser(sub)
+    expert_study.add_parser(sub)
     args = parser.parse_args(argv)
-    return {"subset": subset, "run": run, "report": report, "speed": speed}[args.what](args)
+    return {"subset": subset, "run": run, "report": report, "speed": expert_speed.speed,
+            "study": expert_study.study}[args.what](args)
 
 
 if __name__ == "__main__":

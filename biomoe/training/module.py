@@ -24,6 +24,7 @@ from biomoe.training.grad_norms import clip_grad_norm_shared, drop_grad_scale, f
 from biomoe.training.held_out_metric import Fp32MeanMetric
 from biomoe.training.optimizer_choice import master_weight_adamw, wants_master_weights
 from biomoe.training.resume import CHECKPOINT_KEY, collect_resume_state, restore_resume_state
+from biomoe.training.training_clock import TrainingClock
 
 
 class BioMoEModule(L.LightningModule):
@@ -54,7 +55,7 @@ class BioMoEModule(L.LightningModule):
         self.model: MoETransformer | None = None
         self.val_ce = Fp32MeanMetric()  # fp32 sums under bf16-true too
         self.test_ce = Fp32MeanMetric()
-        self._log_clock: float | None = None  # host clock at the last logging step (after a sync)
+        self._clock = TrainingClock()  # training time between logging steps, validation left out
         self._tokens_since_log = 0
         self._step_seen = -1
         self._last_loss: Tensor | None = None
@@ -142,24 +143,39 @@ class BioMoEModule(L.LightningModule):
         if self.global_step == self._step_seen:
             return  # gradient accumulation: no optimizer step ended here
         self._step_seen = self.global_step
-        first = self._log_clock is None
-        if not first and not logs_this_step(self.trainer):
+        if self._clock.started and not logs_this_step(self.trainer):
             return
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        now = time.perf_counter()
-        if not first:
-            rate = self._tokens_since_log / max(now - self._log_clock, 1e-9)
+        self._sync()
+        seconds = self._clock.lap(time.perf_counter())
+        if seconds is not None:
+            rate = self._tokens_since_log / max(seconds, 1e-9)
             self.log("train/tokens_per_s", torch.tensor(rate), prog_bar=True)
+            self.log("train/seconds", torch.tensor(self._clock.total, dtype=torch.float64), logger=True)
             if self.device.type == "cuda":  # the allocator's high-water mark: a host counter, no sync
                 peak = torch.cuda.max_memory_allocated(self.device) / 2**30
                 self.log("train/peak_memory_gib", torch.tensor(peak), logger=True)
             if self._last_loss is not None:
                 self.log("loss", self._last_loss.detach().cpu(), prog_bar=True, logger=False)
-        self._log_clock, self._tokens_since_log = now, 0
+        self._tokens_since_log = 0
 
     def on_train_start(self) -> None:
-        self._log_clock, self._tokens_since_log, self._step_seen = None, 0, self.global_step
+        self._clock.restart()
+        self._tokens_since_log, self._step_seen = 0, self.global_step
+
+    def on_validation_start(self) -> None:
+        """Validation inside fit is not training time: the clock stops (after the device caught up)."""
+        if self._clock.started:
+            self._sync()
+            self._clock.pause(time.perf_counter())
+
+    def on_validation_end(self) -> None:
+        if self._clock.started:
+            self._sync()
+            self._clock.resume(time.perf_counter())
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         """Router upkeep right after the update, not in ``on_train_batch_end``: that hook runs
@@ -183,9 +199,11 @@ class BioMoEModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add what exact resume needs beyond Lightning's state (router statistics, RNG)."""
         checkpoint[CHECKPOINT_KEY] = collect_resume_state(self.model)
+        self._clock.save(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         restore_resume_state(self.model, checkpoint.get(CHECKPOINT_KEY))
+        self._clock.load(checkpoint)
 
     def log_expert_load(self) -> None:
         """Per-layer expert load since the last call: fractions, max/mean ratio, normalised entropy

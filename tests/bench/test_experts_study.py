@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,99 @@ def test_speed_reads_the_steady_rate_and_compares_each_model_with_its_dense_twin
     assert flops_per_token(dense_model, 1024) == 6.0 * cfg.active_params_per_token() + 6.0 * 8 * 512 * 1024
     assert flops_per_token(base, 1024) - flops_per_token(dense_model, 1024) == 6.0 * 8 * 512 * 8
     assert rows["base-dense-torch"]["mfu"] == pytest.approx(700.0 * flops_per_token(dense_model, 1024) / 1e12 / 989.0)
+
+
+def test_power_law_fit_recovers_the_curve_and_projects_the_crossover() -> None:
+    from bench.expert_curves import crossover, fit_power_law
+
+    tokens = [1e7 * 2 ** i for i in range(9)]
+    dense = [1.70 + 40.0 * t ** -0.30 for t in tokens]
+    moe = [1.65 + 60.0 * t ** -0.30 for t in tokens]  # behind early, lower floor: overtakes later
+    law = fit_power_law(tokens, dense, skip_first=0)
+    assert law is not None and law.alpha == pytest.approx(0.30, abs=0.006) and law.E == pytest.approx(1.70, abs=2e-3)
+    other = fit_power_law(tokens, moe, skip_first=0)
+    # moe(T) = dense(T) where 20 T^-0.3 = 0.05: T = 400^(1/0.3)
+    assert crossover(other, law, 1e7) == pytest.approx(400 ** (1 / 0.3), rel=0.02)
+    assert crossover(other, law, 1e7, stop=1e8) is None  # still behind at 1e8 tokens
+    # at equal GPU time a model twice as slow needs twice the seconds for the same tokens
+    seconds = crossover(other, law, 1e3, moe_rate=5e5, dense_rate=1e6)
+    assert seconds is not None and seconds * 5e5 > 400 ** (1 / 0.3)
+    assert fit_power_law(tokens[:4], dense[:4]) is None  # three points after the first: no fit
+
+
+def _write_part(run: Path, version: int, rows: list[dict]) -> None:
+    keys = ["step", "train/tokens_per_s", "train/seconds", "val/strain/bits_per_base", "val/species/bits_per_base"]
+    folder = run / f"version_{version}"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("data:\n  batch_size: 1\n  seq_length: 100\n")
+    with (folder / "metrics.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_report_reads_every_resumed_part_and_compares_at_equal_gpu_time(tmp_path: Path) -> None:
+    splits = {"strain.fa": "heldout-strain", "species.fa": "heldout-species"}
+    runs = tmp_path / "runs"
+    for name, floor, rate in (("base-dense", 1.80, 2.0), ("base-moe", 1.79, 1.0)):
+        run = runs / name
+        run.mkdir(parents=True)
+        (run / "command.txt").write_text("cli.py fit\n")
+        points = [(step, floor + 2.0 * ((step + 1) * 100) ** -0.5) for step in (9, 19, 29, 39, 49, 59)]
+        rows = [[{"step": s, "train/tokens_per_s": 100 * rate, "train/seconds": (s + 1) / rate},
+                 {"step": s, "val/strain/bits_per_base": b, "val/species/bits_per_base": b + 0.1}] for s, b in points]
+        flat = [r for pair in rows for r in pair]
+        _write_part(run, 0, flat[:8])  # steps 9..39: the part stopped after step 39 ...
+        _write_part(run, 1, flat[6:])  # ... and the resumed one logged step 39 again, then the rest
+    dense = experts.read_contender(runs / "base-dense", splits)
+    moe = experts.read_contender(runs / "base-moe", splits)
+    assert [t for t, _ in dense.curve["held-out strains"]] == [1000, 2000, 3000, 4000, 5000, 6000]
+    assert moe.seconds[-1] == (6000, 60.0) and dense.seconds[-1] == (6000, 30.0)
+    table = experts.markdown([dense, moe], "cmd")
+    row = next(line for line in table.splitlines() if line.startswith("| base-moe"))
+    # the moe reaches dense's final bits/base at 4,000 of 6,000 tokens, but at half the speed in 40 of 30 s
+    tokens_ratio, gpu_ratio = row.split(" | ")[4], row.split(" | ")[5]
+    assert tokens_ratio.split(" / ")[0] == "0.67x" and gpu_ratio.split(" / ")[0] == "1.33x"
+    assert "| base-moe | held-out strains |" in table and "L(T) = E + A·T^-α" in table
+    experts.plot([dense, moe], tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_study_runs_each_contender_alone_and_resumes_after_the_deadline(tmp_path: Path, monkeypatch) -> None:
+    """A fit stopped at the deadline (SIGTERM, exit 143) leaves the next contender unstarted; the
+    same command again resumes it with --ckpt_path last and goes on; finished ones are skipped."""
+    import sys
+
+    from bench import expert_study
+
+    behaviour = {"base-dense": "sleep", "base-moe": "ok"}
+    seen: list[list[str]] = []
+
+    def fake_args(size, variant, data, steps, evaluations, run_dir, extra):
+        mode = behaviour[f"{size}-{variant}"]
+        code = ("import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\n"
+                "time.sleep(30)\n") if mode == "sleep" else "pass\n"
+        return [sys.executable, "-c", code, f"--name={size}-{variant}", *extra]
+
+    real_popen = subprocess.Popen
+
+    def recording_popen(cmd, **kwargs):
+        seen.append(list(cmd))
+        return real_popen(cmd, **kwargs)
+
+    monkeypatch.setattr(expert_study, "contender_args", fake_args)
+    monkeypatch.setattr(expert_study.subprocess, "Popen", recording_popen)
+    out = tmp_path / "study"
+    argv = ["study", "--data", "x", "--variants", "dense,moe", "--steps", "10", "--out", str(out),
+            "--deadline", "2", "--min-start", "0.5"]
+    assert experts.main(argv) == 0
+    assert len(seen) == 1 and seen[0][-2:] == ["--ckpt_path", "last"]
+    assert json.loads((out / "base-dense" / "parts.json").read_text())[0]["exit"] == 143
+    assert not (out / "base-dense" / "done.json").exists() and not (out / "base-moe").exists()
+
+    behaviour["base-dense"] = "ok"
+    assert experts.main(argv) == 0
+    assert [c[3] for c in seen[1:]] == ["--name=base-dense", "--name=base-moe"]
+    assert len(json.loads((out / "base-dense" / "parts.json").read_text())) == 2
+    assert (out / "base-dense" / "done.json").exists() and (out / "base-moe" / "done.json").exists()
+    assert experts.main(argv) == 0 and len(seen) == 3  # all done: nothing runs
