@@ -196,8 +196,8 @@ def _te_refusal(query: ExpertBackendQuery) -> Availability | None:
     if TE_LIBRARY not in query.libraries:
         return Availability.no("Transformer Engine not installed")
     if query.precision == "bf16":
-        return Availability.not_preferred("bf16: torch._grouped_mm matches TE bf16 (~650 TFLOP/s on H200) "
-                                          "without a host sync")
+        return Availability.not_preferred("bf16: torch._grouped_mm is as fast and needs no host sync "
+                                          "(docs/benchmarks.md, auto expert backend)")
     return None
 
 
@@ -206,7 +206,7 @@ def te_availability(query: ExpertBackendQuery) -> Availability:
     refusal = _te_refusal(query)
     if refusal is not None:
         return refusal
-    return Availability.yes(f"{query.precision}: TE FP8 grouped GEMMs (~660-1000 TFLOP/s on H200 vs ~650 bf16)")
+    return Availability.yes(f"{query.precision}: TE's FP8 grouped GEMMs, faster than bf16's")
 
 
 def te_fused_availability(query: ExpertBackendQuery) -> Availability:
@@ -220,9 +220,8 @@ def te_fused_availability(query: ExpertBackendQuery) -> Availability:
     if fusable:
         return Availability.yes(f"{query.precision} on sm_{major}{minor}: fused GroupedMLP kernel")
     if major == 9:
-        return Availability.yes(f"{query.precision} on Hopper: te.ops grouped MLP (unfused) measured fastest "
-                                "(make bench, mixtral-2layer, H200: 71.5k/74.6k/75.7k tokens/s vs te's "
-                                "67.6k/73.3k/74.1k for fp8-current/block/delayed)")
+        return Availability.yes(f"{query.precision} on Hopper: te.ops grouped MLP (unfused), measured fastest "
+                                "(docs/benchmarks.md, auto expert backend)")
     return Availability.not_preferred(f"{query.precision} on sm_{major}{minor}: te.ops does not fuse the "
                                       "grouped MLP here")
 
