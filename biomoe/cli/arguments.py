@@ -88,9 +88,9 @@ def add_device_option(parser: argparse.ArgumentParser,
 
 def add_runtime_options(parser: argparse.ArgumentParser) -> None:
     """``--precision`` and the kernel options (``--expert-backend``, ``--attention-backend``, ...) of
-    a command that runs a model, with ``model.runtime``'s meaning. Unset: the kernels the checkpoint
-    was trained with where they run here, in bf16 on a CUDA device and fp32 on a CPU."""
-    group = parser.add_argument_group("how the model runs (default: as trained, bf16 on a GPU, fp32 on a CPU)")
+    a command that runs a model, with ``model.runtime``'s meaning. Unset: torch's kernels, in bf16
+    on a CUDA device and fp32 on a CPU (an FP8/FP4 ``--precision`` keeps the recorded TE kernels)."""
+    group = parser.add_argument_group("how the model runs (default: torch kernels, bf16 on a GPU, fp32 on a CPU)")
     group.add_argument("--precision", default=None,
                        help="fp32 | bf16 | fp8-delayed | fp8-current | fp8-block | mxfp8 | nvfp4")
     for name, choices in RUNTIME_CHOICES.items():

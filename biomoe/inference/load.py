@@ -87,10 +87,11 @@ def inference_runtime(device: torch.device | str, precision: str | None = None,
                       config: ModelConfig | None = None) -> tuple[RuntimeConfig, str]:
     """``(RuntimeConfig, precision)`` for running a model on ``device``.
 
-    ``recorded`` is the runtime the checkpoint was trained with: its kernel choices are kept where
-    they can run here (a model trained with TE kernels is still scored on a laptop, with torch's);
-    ``overrides`` are the user's, and one that cannot run here is an error, never a substitute.
-    ``fp32`` turns every layer to torch (TE kernels compute in bf16/fp16 only)."""
+    ``recorded`` is the runtime the checkpoint was trained with: under an FP8/FP4 recipe its kernel
+    choices are kept where they can run here; in bf16 and fp32 every layer runs torch's kernels
+    (:data:`INFERENCE_LAYER_KERNELS`; TE kernels compute in bf16/fp16 only, and cost seconds of
+    start-up). ``overrides`` are the user's, and one that cannot run here is an error, never a
+    substitute."""
     runtime, precision, _ = _choose_kernels(torch.device(device), precision, recorded, overrides, config)
     return runtime, precision
 
