@@ -65,16 +65,20 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     pass below runs at memory speed; transpose afterwards); cos/sin [s, d/2] (shared by the rows)
     or [b, s, d/2] (per token).
 
-    Six passes over half-heads (each product read straight from bf16 into fp32, one fused
-    multiply-add, one rounding copy into the output) instead of casting the whole tensor to fp32
-    and back around four products, two sums and a concatenation: in eager mode this was a fifth of
-    a bf16 scoring forward's GPU time."""
+    Each half-head is one product and one fused multiply-add, both reading ``x`` straight from its
+    dtype into fp32; without autograd the second writes the rounded result into place, with it a
+    copy does. Casting whole heads to fp32 and back around four products, two sums and a
+    concatenation (on transposed views) was a fifth of a bf16 scoring forward's GPU time."""
     half = x.shape[-1] // 2
     cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads
     x1, x2 = x[..., :half], x[..., half:]
     out = torch.empty_like(x)
-    out[..., :half] = torch.mul(x1, cos).addcmul_(x2, sin, value=-1.0)
-    out[..., half:] = torch.mul(x2, cos).addcmul_(x1, sin)
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad):
+        out[..., :half] = torch.addcmul(torch.mul(x2, -sin), x1, cos)
+        out[..., half:] = torch.addcmul(torch.mul(x1, sin), x2, cos)
+    else:
+        torch.addcmul(torch.mul(x2, -sin), x1, cos, out=out[..., :half])  # x1·cos − x2·sin
+        torch.addcmul(torch.mul(x1, sin), x2, cos, out=out[..., half:])  # x2·cos + x1·sin
     return out
 
 
