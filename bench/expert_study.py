@@ -48,7 +48,7 @@ def study(args: argparse.Namespace) -> int:
                 print(f"{name}: not started ({left:.0f} s left); run the same command again", file=sys.stderr,
                       flush=True)
                 return 0
-            code = _run_one(name, run_dir, args, started)
+            code = _run_one(size, variant, run_dir, args, started)
             if code == 143:
                 print(f"{name}: stopped at the deadline with last.ckpt; run the same command again to resume",
                       file=sys.stderr, flush=True)
@@ -59,8 +59,8 @@ def study(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_one(name: str, run_dir: Path, args: argparse.Namespace, started: float) -> int:
-    size, variant = name.split("-", 1)
+def _run_one(size: str, variant: str, run_dir: Path, args: argparse.Namespace, started: float) -> int:
+    name = run_dir.name
     cmd = contender_args(size, variant, args.data, args.steps, args.evaluations, run_dir, list(args.extra))
     cmd += ["--ckpt_path", "last"]  # resumes this contender's own last.ckpt; trains from step 0 without one
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,7 @@ import yaml
 
 from bench.inference_cli import build_argv, exit_error, run_command
 from biomoe.files import write_text
+from biomoe.model.config import LAYER_BACKEND_FIELDS
 
 __all__ = ["INFERENCE_TASKS", "InferenceRecord", "InferenceSettings", "NETWORKS", "default_fasta",
            "forward_flops_per_token", "inference_markdown", "network_config", "plan_inference",
@@ -255,7 +256,7 @@ def kernel_options(kernels: str) -> list[str]:
     """The command-line options that put every layer component on ``kernels`` (none for default)."""
     if kernels == "default":
         return []
-    return [opt for name in ("attention", "norm", "router", "dispatch") for opt in (f"--{name}-backend", kernels)]
+    return [opt for field_name in LAYER_BACKEND_FIELDS for opt in ("--" + field_name.replace("_", "-"), kernels)]
 
 
 def task_names(settings: InferenceSettings) -> list[str]:

@@ -108,13 +108,12 @@ def _choose_kernels(device: torch.device, precision: str | None,
     for name in RUNTIME_OVERRIDES:
         if isinstance(recorded, Mapping) and name in recorded and name != "compile":
             fields[name] = recorded[name]
-    if precision == "fp32":
-        fields.update({name: "torch" for name in LAYER_BACKEND_FIELDS})
-        fields["expert_backend"] = "grouped"  # the per-expert loop where _grouped_mm has no fp32 kernel
-    elif precision == "bf16":
+    if precision in ("fp32", "bf16"):  # the recorded layer kernels matter only to an FP8/FP4 recipe
         fields.update({name: INFERENCE_LAYER_KERNELS for name in LAYER_BACKEND_FIELDS})
-        if str(fields.get("expert_backend", "")).startswith("te"):
-            fields["expert_backend"] = "auto"  # TE's experts need its import; bf16's auto is torch's grouped GEMM
+    if precision == "fp32":
+        fields["expert_backend"] = "grouped"  # the per-expert loop where _grouped_mm has no fp32 kernel
+    elif precision == "bf16" and str(fields.get("expert_backend", "")).startswith("te"):
+        fields["expert_backend"] = "auto"  # TE's experts need its import; bf16's auto is torch's grouped GEMM
     fields.update({k: v for k, v in (overrides or {}).items() if v is not None})
     runtime_precision = "bf16" if precision == "fp32" else precision
     config = config or ModelConfig()

@@ -14,6 +14,7 @@ from biomoe.inference.generate import generate, parse_region
 from biomoe.inference.sampling import SamplingSettings, sample_next
 from biomoe.model.transformer import KVCache, MoETransformer
 from biomoe.cli.main import main as cli_main
+from helpers.special_tokens import favour_special_tokens
 from conftest import random_dna, save_checkpoint
 
 TOK = NucleotideTokenizer()
@@ -73,13 +74,7 @@ def test_generation_with_cache_equals_recomputing_every_step(model, context):
 
 
 def test_only_nucleotides_are_emitted_even_when_specials_are_likeliest(model):
-    head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size)
-    with torch.no_grad():  # the model now rates every non-base token far above the bases
-        head.weight.copy_(model.lm_head.weight)
-        head.bias.fill_(0.0)
-        head.bias[:A_ID] = 1e4
-        head.bias[N_ID:] = 1e4
-    model.lm_head = head
+    favour_special_tokens(model)
     samples = generate(model, None, 300, num_samples=4, settings=SamplingSettings(temperature=1.5), seed=1)
     emitted = set(np.concatenate(samples).tolist())
     assert emitted <= {A_ID, A_ID + 1, A_ID + 2, T_ID} and len(emitted) == 4

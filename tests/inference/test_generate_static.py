@@ -18,6 +18,7 @@ from biomoe.model.backends import LayerBackends
 from biomoe.model.moe import TopKRouter
 from biomoe.model.moe.experts import LoopBackend
 from biomoe.model.transformer import KVCache, MoETransformer, StaticKVCache
+from helpers.special_tokens import favour_special_tokens
 
 TOK = NucleotideTokenizer()
 
@@ -91,13 +92,7 @@ def test_static_decoding_same_seed_same_samples_whatever_the_batching(model):
 
 
 def test_static_decoding_emits_only_bases_even_when_specials_are_likeliest(model):
-    head = nn.Linear(model.config.hidden_size, model.config.vocab_size)
-    with torch.no_grad():  # the model now rates every non-base token far above the bases
-        head.weight.copy_(model.lm_head.weight)
-        head.bias.fill_(0.0)
-        head.bias[:A_ID] = 1e4
-        head.bias[N_ID:] = 1e4
-    model.lm_head = head
+    favour_special_tokens(model)
     samples = generate(model, None, 200, num_samples=3, settings=SamplingSettings(temperature=1.5), seed=1,
                        context=32, decode="static")
     emitted = set(np.concatenate(samples).tolist())

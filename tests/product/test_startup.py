@@ -16,7 +16,14 @@ from conftest import ROOT as REPO
 HEAVY = ("torch", "lightning", "jsonargparse", "transformer_engine", "transformers", "matplotlib")
 
 
-def modules_imported_by(args: list[str]) -> tuple[str, set[str]]:
+def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    """``python -c code`` in a fresh interpreter, from the repository root."""
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def modules_imported_by(args: list[str], env: dict[str, str] | None = None,
+                        timeout: int = 120) -> tuple[str, set[str]]:
     """stdout of ``cli.py ARGS`` (run as a script in a fresh interpreter) and the top-level
     modules it imported."""
     code = ("import runpy, sys\n"
@@ -26,7 +33,7 @@ def modules_imported_by(args: list[str]) -> tuple[str, set[str]]:
             "except SystemExit as exc:\n"
             "    assert exc.code in (0, None), exc.code\n"
             "print('@@' + ' '.join(sorted({name.split('.')[0] for name in sys.modules})))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = run_python(code, env, timeout)
     assert done.returncode == 0, done.stderr
     out, _, names = done.stdout.rpartition("@@")
     return out, set(names.split())
@@ -49,7 +56,7 @@ def test_the_help_of_biomoes_own_commands_imports_no_torch(command):
 def test_importing_the_package_imports_no_torch():
     code = "import sys, biomoe, biomoe.cli.main; print(' '.join(m for m in sys.modules if m.split('.')[0] in %r))" % (
         HEAVY,)
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = run_python(code)
     assert done.returncode == 0 and done.stdout.strip() == "", done.stdout + done.stderr
 
 
@@ -62,7 +69,7 @@ def test_the_package_names_still_resolve_and_every_shipped_backend_is_registered
             "assert {'loop', 'grouped', 'te', 'te_fused'} <= set(EXPERT_BACKENDS.names())\n"
             "from biomoe import ConfigError, ModelConfig, MoETransformer\n"
             "assert ConfigError is __import__('biomoe.errors').errors.ConfigError\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = run_python(code)
     assert done.returncode == 0, done.stderr
 
 
@@ -77,18 +84,7 @@ def run_help(command: str, cache: Path) -> tuple[str, set[str]]:
     import os
 
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "COLUMNS": "100"}
-    code = ("import runpy, sys\n"
-            f"sys.argv = ['cli.py', {command!r}, '--help']\n"
-            "try:\n"
-            "    runpy.run_path('cli.py', run_name='__main__')\n"
-            "except SystemExit as exc:\n"
-            "    assert exc.code in (0, None), exc.code\n"
-            "print('@@' + ' '.join(sorted({name.split('.')[0] for name in sys.modules})))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=env)
-    assert done.returncode == 0, done.stderr
-    out, _, names = done.stdout.rpartition("@@")
-    return out, set(names.split())
+    return modules_imported_by([command, "--help"], env, timeout=300)
 
 
 @pytest.mark.slow
