@@ -36,7 +36,8 @@ class PowerLaw:
 
 def fit_power_law(tokens: list[float], bits: list[float], skip_first: int = 1) -> PowerLaw | None:
     """The least-squares ``E + A·T^-α`` through the points after the first ``skip_first`` (the warm-up's
-    validations follow no power law); None with fewer than four points or no decreasing fit."""
+    validations follow no power law); None with fewer than four points, no decreasing fit, a floor E
+    below zero or the best exponent at an end of the grid (the points do not bend like a power law)."""
     t = np.asarray(tokens, dtype=np.float64)[skip_first:]
     y = np.asarray(bits, dtype=np.float64)[skip_first:]
     if t.size < 4:
@@ -51,14 +52,20 @@ def fit_power_law(tokens: list[float], bits: list[float], skip_first: int = 1) -
         rmse = float(np.sqrt(np.mean((design @ np.array([e, a]) - y) ** 2)))
         if best is None or rmse < best.rmse:
             best = PowerLaw(float(e), float(a), float(alpha), rmse, int(t.size))
+    if best is None or best.E < 0 or best.alpha in (ALPHAS[0], ALPHAS[-1]):
+        return None  # a floor below zero bits, or an exponent the grid cannot bracket: no power law
     return best
 
 
 def crossover(moe: PowerLaw, dense: PowerLaw, start: float, stop: float = 1e15,
               moe_rate: float = 1.0, dense_rate: float = 1.0) -> float | None:
-    """The smallest x in [start, stop] where ``moe(x·moe_rate) <= dense(x·dense_rate)`` on a
-    logarithmic grid: x is tokens with both rates 1, GPU seconds with each model's tokens/s.
-    None where the MoE stays behind up to ``stop``."""
+    """The smallest x in [start, stop] from which on ``moe(x·moe_rate) <= dense(x·dense_rate)`` holds
+    up to ``stop``, on a logarithmic grid: x is tokens with both rates 1, GPU seconds with each model's
+    tokens/s. None where the MoE is behind at ``stop`` (one that leads early and falls behind later
+    has no crossover)."""
     grid = np.logspace(np.log10(start), np.log10(stop), 2000)
     ahead = moe(grid * moe_rate) <= dense(grid * dense_rate)
-    return float(grid[int(np.argmax(ahead))]) if ahead.any() else None
+    if not ahead[-1]:
+        return None
+    behind = np.flatnonzero(~ahead)
+    return float(grid[behind[-1] + 1]) if behind.size else float(grid[0])

@@ -251,7 +251,8 @@ def markdown(contenders: list[Contender], command: str) -> str:
     dense = next((c for c in contenders if c.name.endswith("dense")), None)
     lines = [f"Held-out bits/base after {common / 1e6:.1f}M training tokens (every contender's validation at that "
              "point; mean over the genomes of each group), the tokens and the training GPU time (the fit's own "
-             "train/seconds, validation left out) each needed to reach the dense model's bits/base there, "
+             "train/seconds, validation left out) each needed to reach the dense model's bits/base there (as a "
+             "multiple of what the dense model itself needed to first reach it; – where the model never does), "
              "its training tokens/s and wall time.", "",
              "| model | " + " | ".join(groups) + " | tokens to dense's (held-out strains / species) | "
              "GPU time to dense's (strains / species) | tokens/s | wall |",
@@ -261,11 +262,9 @@ def markdown(contenders: list[Contender], command: str) -> str:
         ratios, gpu = [], []
         for g in HELD_OUT:
             target = at_tokens(dense, g, common) if dense is not None else None
-            need = tokens_to_reach(c, g, target) if target is not None else None
-            ratios.append("–" if need is None or not common else f"{need / common:.2f}x")
-            mine = seconds_at(c, need) if need is not None else None
-            theirs = seconds_at(dense, common) if dense is not None else None
-            gpu.append("–" if mine is None or not theirs else f"{mine / theirs:.2f}x")
+            tokens, seconds = _cost_ratios(c, dense, g, target)
+            ratios.append(tokens)
+            gpu.append(seconds)
         speed = f"{c.tokens_per_s / 1e3:.0f}k" if c.tokens_per_s else "–"
         wall = f"{c.wall_s:.0f} s" if c.wall_s else "–"
         lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {' / '.join(ratios)} | {' / '.join(gpu)} | "
@@ -277,8 +276,71 @@ def markdown(contenders: list[Contender], command: str) -> str:
         last = max((p[0] for pts in c.curve.values() for p in pts), default=0)
         cells = [_bits(at_tokens(c, g, last)) for g in groups]
         lines.append(f"| {c.name} | {last / 1e6:.1f}M | " + " | ".join(cells) + " |")
+    lines += best_markdown(contenders, dense) + overfitting_markdown(contenders)
     lines += fits_markdown(contenders, dense)
     return "\n".join(lines) + f"\n\n```bash\n{command}\n```\n"
+
+
+def _cost_ratios(c: Contender, dense: Contender | None, group: str, target: float | None) -> tuple[str, str]:
+    """Tokens and training GPU time ``c`` needs to first reach ``target``, as multiples of what the dense
+    model needed to first reach it ("–" where either never does or the time was not logged)."""
+    if dense is None or target is None:
+        return "–", "–"
+    mine, theirs = tokens_to_reach(c, group, target), tokens_to_reach(dense, group, target)
+    if mine is None or not theirs:
+        return "–", "–"
+    my_s, their_s = seconds_at(c, mine), seconds_at(dense, theirs)
+    return f"{mine / theirs:.2f}x", ("–" if my_s is None or not their_s else f"{my_s / their_s:.2f}x")
+
+
+def best(c: Contender, group: str) -> tuple[int, float] | None:
+    """(tokens, bits/base) of the group's lowest validation, the first one where values tie."""
+    points = c.curve.get(group, [])
+    return min(points, key=lambda p: (p[1], p[0])) if points else None
+
+
+def best_markdown(contenders: list[Contender], dense: Contender | None) -> list[str]:
+    """Each model's lowest held-out bits/base over the run, and the cost of reaching the dense model's
+    lowest: the comparison that holds when a curve turns up again (a run that repeats its data)."""
+    lines = ["", "Lowest held-out bits/base of each run (at the tokens where it was reached), and the tokens and "
+             "training GPU time each model needs to reach the dense model's lowest, as multiples of the dense "
+             "model's own:", "",
+             "| model | held-out strains (at) | held-out species (at) | tokens to dense's lowest (strains / species) "
+             "| GPU time to dense's lowest (strains / species) |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for c in contenders:
+        cells, ratios, gpu = [], [], []
+        for g in HELD_OUT:
+            mine = best(c, g)
+            cells.append("–" if mine is None else f"{mine[1]:.4f} ({mine[0] / 1e6:.0f}M)")
+            theirs = best(dense, g) if dense is not None else None
+            tokens, seconds = _cost_ratios(c, dense, g, theirs[1] if theirs else None)
+            ratios.append(tokens)
+            gpu.append(seconds)
+        lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {' / '.join(ratios)} | {' / '.join(gpu)} |")
+    return lines
+
+
+OVERFIT_TOLERANCE = 0.002
+"""Bits/base by which a curve's last validation may exceed its lowest before the report calls it rising."""
+
+
+def overfitting_markdown(contenders: list[Contender]) -> list[str]:
+    """Curves whose last validation is above their lowest: past that point the model learns the
+    training genomes rather than DNA (seen species are held-out windows of the training genomes)."""
+    rising = []
+    for c in contenders:
+        for group in GROUPS.values():
+            low, points = best(c, group), c.curve.get(group, [])
+            if low is not None and points[-1][1] > low[1] + OVERFIT_TOLERANCE:
+                rising.append(f"{c.name} {group}: {low[1]:.4f} at {low[0] / 1e6:.0f}M tokens, "
+                              f"{points[-1][1]:.4f} at {points[-1][0] / 1e6:.0f}M")
+    if not rising:
+        return []
+    return ["", "Curves that rose again after their lowest point (by more than "
+            f"{OVERFIT_TOLERANCE} bits/base; the model memorises its training genomes once the run repeats "
+            "them, and the power-law fits below use each curve only up to its lowest point):", ""] + \
+        [f"- {line}" for line in rising]
 
 
 def fits(c: Contender) -> dict[str, PowerLaw]:
@@ -286,6 +348,8 @@ def fits(c: Contender) -> dict[str, PowerLaw]:
     out = {}
     for group in HELD_OUT:
         points = c.curve.get(group, [])
+        low = best(c, group)
+        points = [p for p in points if low is not None and p[0] <= low[0]]  # the falling part only
         law = fit_power_law([t for t, _ in points], [b for _, b in points])
         if law is not None:
             out[group] = law
@@ -309,9 +373,12 @@ def fits_markdown(contenders: list[Contender], dense: Contender | None) -> list[
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     dense_fits = fits(dense) if dense is not None else {}
     dense_rate = training_rate(dense) if dense is not None else None
+    unfitted = []
     for c in contenders:
         rate = training_rate(c)
-        for group, law in fits(c).items():
+        found_fits = fits(c)
+        unfitted += [f"{c.name} {g}" for g in HELD_OUT if g in c.curve and g not in found_fits]
+        for group, law in found_fits.items():
             cross_t = cross_s = "–"
             other = dense_fits.get(group)
             if other is not None and c is not dense:
@@ -323,6 +390,10 @@ def fits_markdown(contenders: list[Contender], dense: Contender | None) -> list[
                     cross_s = "none" if found_s is None else f"{found_s / 3600:,.2f} h"
             lines.append(f"| {c.name} | {group} | {law.E:.4f} | {law.A:.4g} | {law.alpha:.3f} | {law.rmse:.5f} | "
                          f"{law.points} | {cross_t} | {cross_s} |")
+    if unfitted:
+        lines += ["", "No power law fits (fewer than four falling points after the first, a floor E below zero or "
+                  "an exponent at the edge of the grid searched): " + "; ".join(unfitted) + ". One learning-rate "
+                  "schedule's curve is not a scaling law: its late drop is the schedule's decay."]
     return lines
 
 
@@ -363,22 +434,44 @@ def plot(contenders: list[Contender], path: Path) -> None:
     tmp.replace(path)
 
 
+def contenders_from_summary(path: Path) -> tuple[list[Contender], list[str], dict]:
+    """The contenders a report recorded in its summary.json, to render that report again."""
+    try:
+        summary = json.loads(path.read_text())
+        contenders = [Contender(c["name"], int(c["tokens_per_step"]),
+                                {g: [(int(t), float(b)) for t, b in pts] for g, pts in c["curve"].items()},
+                                c.get("tokens_per_s"), c.get("wall_s"), dict(c.get("final", {})),
+                                [(int(t), float(s)) for t, s in c.get("seconds", [])])
+                      for c in summary["contenders"]]
+    except (OSError, ValueError, KeyError, TypeError) as why:
+        raise NoCurve(f"{path}: not a report summary ({why})") from None
+    return contenders, list(summary.get("without_curve", [])), summary
+
+
 def report(args: argparse.Namespace) -> int:
-    splits = read_splits(args.splits)
-    runs = sorted(p for p in Path(args.runs).iterdir() if (p / "command.txt").exists())
-    contenders, missing = [], []
-    for run_dir in runs:
+    source = Path(args.runs)
+    contenders, missing, recorded = [], [], {}
+    if source.is_file():  # a summary.json: render its report again
         try:
-            contenders.append(read_contender(run_dir, splits))
-        except NoCurve as why:  # reported beside the others, not instead of them
-            missing.append(str(why))
-            print(f"biomoe: warning: {why}", file=sys.stderr)
+            contenders, missing, recorded = contenders_from_summary(source)
+        except NoCurve as why:
+            print(f"biomoe: error: {why}", file=sys.stderr)
+            return 2
+    else:
+        splits = read_splits(args.splits)
+        for run_dir in sorted(p for p in source.iterdir() if (p / "command.txt").exists()):
+            try:
+                contenders.append(read_contender(run_dir, splits))
+            except NoCurve as why:  # reported beside the others, not instead of them
+                missing.append(str(why))
+                print(f"biomoe: warning: {why}", file=sys.stderr)
     if not contenders:
         print(f"biomoe: error: {args.runs}: no contender logged a validation", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = args.command or " ".join(["python -m bench.experts report", args.runs])
+    args.machine = args.machine or recorded.get("machine", "")
+    command = args.command or recorded.get("command") or " ".join(["python -m bench.experts report", args.runs])
     write_text(out / "summary.json", json.dumps({"command": command, "machine": args.machine,
                                                  "contenders": [asdict(c) for c in contenders],
                                                  "without_curve": missing}, indent=1) + "\n")
@@ -411,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds after which every fit still running is stopped by SIGTERM (0: none)")
     r.add_argument("extra", nargs="*", help="more cli.py fit options for every contender (after --)")
     p = sub.add_parser("report", help="tables and curves from the runs")
-    p.add_argument("runs")
+    p.add_argument("runs", help="the runs folder, or a report's summary.json to render again")
     p.add_argument("--splits", default="data/corpus-splits.tsv")
     p.add_argument("--out", required=True)
     p.add_argument("--command", default="", help="the command line to record in the summary")

@@ -158,6 +158,9 @@ def test_power_law_fit_recovers_the_curve_and_projects_the_crossover() -> None:
     seconds = crossover(other, law, 1e3, moe_rate=5e5, dense_rate=1e6)
     assert seconds is not None and seconds * 5e5 > 400 ** (1 / 0.3)
     assert fit_power_law(tokens[:4], dense[:4]) is None  # three points after the first: no fit
+    # a moe that leads early but has the higher floor never crosses over for good
+    early = fit_power_law(tokens, [1.75 + 20.0 * t ** -0.30 for t in tokens], skip_first=0)
+    assert early is not None and crossover(early, law, 1e7) is None
 
 
 def _write_part(run: Path, version: int, rows: list[dict]) -> None:
@@ -236,3 +239,48 @@ def test_study_runs_each_contender_alone_and_resumes_after_the_deadline(tmp_path
     assert len(json.loads((out / "base-dense" / "parts.json").read_text())) == 2
     assert (out / "base-dense" / "done.json").exists() and (out / "base-moe" / "done.json").exists()
     assert experts.main(argv) == 0 and len(seen) == 3  # all done: nothing runs
+
+
+def test_report_compares_lowest_points_and_names_curves_that_rise_again() -> None:
+    # dense falls to 1.70 at 300 tokens and rises again; moe keeps falling and reaches 1.70 at 400 tokens
+    dense = experts.Contender("base-dense", 100, curve={
+        "held-out species": [(100, 1.9), (200, 1.75), (300, 1.70), (400, 1.72), (500, 1.74)],
+        "seen species": [(100, 1.9), (200, 1.8), (300, 1.79), (400, 1.80), (500, 1.81)]},
+        seconds=[(t, t / 10) for t in (100, 200, 300, 400, 500)])
+    moe = experts.Contender("base-moe", 100, curve={
+        "held-out species": [(100, 1.95), (200, 1.80), (300, 1.74), (400, 1.70), (500, 1.69)],
+        "seen species": [(100, 1.9), (200, 1.8), (300, 1.79), (400, 1.789), (500, 1.788)]},
+        seconds=[(t, t / 5) for t in (100, 200, 300, 400, 500)])
+    assert experts.best(dense, "held-out species") == (300, 1.70)
+    table = experts.markdown([dense, moe], "cmd")
+    # the dense model first reaches its own last value (1.74) at 300 tokens, so it is the 1.00x reference
+    assert "1.00x" in next(line for line in table.splitlines() if line.startswith("| base-dense |"))
+    lowest = [line for line in table.splitlines() if line.startswith("| base-moe") and "(" in line][0]
+    # moe reaches dense's lowest 1.70 at 400 of dense's 300 tokens, in 80 s against 30 s
+    assert "1.33x" in lowest and "2.67x" in lowest
+    assert "base-dense seen species: 1.7900 at 0M tokens, 1.8100 at 0M" in table
+    assert "base-moe seen species" not in table  # within the tolerance of its lowest
+
+
+def test_power_law_fit_refuses_a_curve_with_no_floor_above_zero() -> None:
+    from bench.expert_curves import fit_power_law
+
+    tokens = [1e7 * 2 ** i for i in range(9)]
+    falling_faster = [1.9 - 0.02 * i ** 2 for i in range(9)]  # accelerating drop: a schedule's decay, no power law
+    assert fit_power_law(tokens, falling_faster) is None
+
+
+def test_report_renders_again_from_its_summary(tmp_path: Path) -> None:
+    dense = experts.Contender("base-dense", 100, curve={"held-out strains": [(100, 1.9), (200, 1.8)]},
+                              seconds=[(100, 1.0), (200, 2.0)])
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"command": "the study", "machine": "a GPU", "contenders": [experts.asdict(dense)],
+                                   "without_curve": []}))
+    out = tmp_path / "again"
+    assert experts.main(["report", str(summary), "--out", str(out)]) == 0
+    text = (out / "summary.md").read_text()
+    assert text.startswith("Machine: a GPU") and "the study" in text and "1.8000" in text
+    assert json.loads((out / "summary.json").read_text())["contenders"][0]["curve"] == {
+        "held-out strains": [[100, 1.9], [200, 1.8]]}
+    (tmp_path / "bad.json").write_text("{}")
+    assert experts.main(["report", str(tmp_path / "bad.json"), "--out", str(out)]) == 2
