@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from biomoe.data.config import DataConfig, takes_fields_of
 from biomoe.data.dataset import GenomeWindowDataset
+from biomoe.data.document_offsets import add_host_document_offsets
 from biomoe.data.loader import EpochAwareDataLoader
 from biomoe.data.packed import PackedGenomeDataset
 from biomoe.data.samplers import EpochSeededRandomSampler, GenomeWeightedSampler, ResumableBatchSampler, file_shares
@@ -237,6 +238,11 @@ class GenomeDataModule(L.LightningDataModule):
         if dataset is None:
             raise RuntimeError("validation is disabled (val_fraction=0 and no val_contigs or val_files)")
         return dataset
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Packed rows get their documents' offsets while still on the host, so that the forward on
+        the GPU never waits to find them (:mod:`biomoe.data.document_offsets`)."""
+        return add_host_document_offsets(batch)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self._require(self.train_dataset, "train"), shuffle=True, cls=EpochAwareDataLoader)

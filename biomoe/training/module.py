@@ -15,8 +15,10 @@ from torch.distributed.tensor import DTensor
 from torchmetrics import MeanMetric
 
 from biomoe.build import BuiltModel, build_model
+from biomoe.data.document_offsets import batch_documents
 from biomoe.compat.lightning import attached_trainer, logs_this_step
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig, RuntimeConfig
+from biomoe.model.documents import DocumentLayout
 from biomoe.model.losses import LN2, masked_cross_entropy_sum, per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
 from biomoe.training.genome_metrics import genome_step_outputs
@@ -104,17 +106,26 @@ class BioMoEModule(L.LightningModule):
         else:
             clip_grad_norm_shared(self, raw, params, float(gradient_clip_val))
 
-    def forward(self, input_ids: Tensor, position_ids: Tensor | None = None):
-        """``position_ids``: rows packed with several documents (attention stays inside each)."""
+    def forward(self, input_ids: Tensor, position_ids: Tensor | None = None,
+                documents: DocumentLayout | None = None):
+        """``position_ids``: rows packed with several documents (attention stays inside each);
+        ``documents``: their layout with offsets already found (then ``position_ids`` is not needed)."""
         if self.built is None:  # used outside a Trainer: build on the module's device
             self.configure_model()
         with self.built.autocast():
+            if documents is not None:
+                return self.model(input_ids, documents=documents)
             return self.model(input_ids, position_ids=position_ids)
+
+    def forward_batch(self, batch: dict[str, Any]):
+        """The forward of a loader's batch: packed rows with the offsets the DataModule found on the
+        host (see :mod:`biomoe.data.document_offsets`), so the GPU is not waited for."""
+        return self(batch["input_ids"], batch.get("position_ids"), batch_documents(batch))
 
     # --------------------------------------------------------------------------------- training
     def _loss_terms(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         # precision recipe (te.autocast) around the forward only
-        out = self(batch["input_ids"], batch.get("position_ids"))
+        out = self.forward_batch(batch)
         ce_sum, n = masked_cross_entropy_sum(out.logits, batch["labels"], batch["loss_mask"])
         ce = ce_sum / n.clamp_min(1.0)
         loss = ce + self.config.aux_loss_coef * out.aux_loss + self.config.z_loss_coef * out.z_loss
@@ -128,9 +139,10 @@ class BioMoEModule(L.LightningModule):
         terms = self._loss_terms(batch)
         ce = terms["ce"].detach()
         loss = terms["loss"].detach()
-        self.log("train/loss", loss)
+        rows = batch["input_ids"].shape[0]  # given: a packed batch's document offsets are no batch size
+        self.log("train/loss", loss, batch_size=rows)
         self.log_dict({"train/ce": ce, "train/aux": terms["aux"].detach(), "train/z": terms["z"].detach(),
-                       "train/bits_per_base": ce / LN2, "train/perplexity": torch.exp(ce)})
+                       "train/bits_per_base": ce / LN2, "train/perplexity": torch.exp(ce)}, batch_size=rows)
         self._tokens_since_log += batch["input_ids"].numel() * self.trainer.world_size
         self._last_loss = loss
         return terms["loss"]
@@ -248,15 +260,16 @@ class BioMoEModule(L.LightningModule):
         n = terms["n"]
         # Token-weighted mean: the result is the per-base average over the whole split.
         metric.update(terms["ce_sum"] / n.clamp_min(1.0), weight=n)
-        self.log(f"{stage}/ce", metric, prog_bar=True)
-        self.log(f"{stage}/aux", terms["aux"], sync_dist=True)
+        rows = batch["input_ids"].shape[0]
+        self.log(f"{stage}/ce", metric, prog_bar=True, batch_size=rows)
+        self.log(f"{stage}/aux", terms["aux"], sync_dist=True, batch_size=rows)
         if "genome" in batch:  # per-window (packed: per-token) sums, added up per genome by PerGenomeMetrics
             return genome_step_outputs(terms["logits"], batch)
         return None
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         """Per-position log p(base) in nats (NaN where the loss mask excludes the base)."""
-        out = self(batch["input_ids"], batch.get("position_ids"))
+        out = self.forward_batch(batch)
         loglik = per_position_log_likelihood(out.logits, batch["labels"])
         loglik = torch.where(batch["loss_mask"].bool(), loglik, torch.full_like(loglik, float("nan")))
         return {"log_likelihood": loglik}

@@ -61,7 +61,7 @@ class RepeatMixture(EvaluationPassCallback):
         if stage not in self._sums:
             return
         with trainer.precision_plugin.forward_context():
-            logits = pl_module(batch["input_ids"], batch.get("position_ids")).logits
+            logits = pl_module.forward_batch(batch).logits
         scores, mask = score_rows(self.table, torch.log_softmax(logits.float(), -1), batch, self.switch,
                                   self.smoothing, self.follow_copies)
         sums = [-scores.exact[mask].double().sum(), mask.sum().double(), (mask & scores.opinion).sum().double()]
