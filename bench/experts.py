@@ -38,7 +38,9 @@ import numpy as np
 
 from biomoe.data.sources.corpus_records import read_records
 from biomoe.data.sources.corpus_splits import read_splits
+from biomoe.errors import GenomeInputError
 from biomoe.files import write_text
+from biomoe.output_checks import check_outputs
 
 from bench.expert_contenders import contender_args
 from bench.expert_curves import PowerLaw, crossover, fit_power_law
@@ -449,29 +451,45 @@ def contenders_from_summary(path: Path) -> tuple[list[Contender], list[str], dic
 
 
 def report(args: argparse.Namespace) -> int:
-    source = Path(args.runs)
-    contenders, missing, recorded = [], [], {}
-    if source.is_file():  # a summary.json: render its report again
-        try:
-            contenders, missing, recorded = contenders_from_summary(source)
-        except NoCurve as why:
-            print(f"biomoe: error: {why}", file=sys.stderr)
-            return 2
-    else:
-        splits = read_splits(args.splits)
-        for run_dir in sorted(p for p in source.iterdir() if (p / "command.txt").exists()):
-            try:
-                contenders.append(read_contender(run_dir, splits))
-            except NoCurve as why:  # reported beside the others, not instead of them
-                missing.append(str(why))
-                print(f"biomoe: warning: {why}", file=sys.stderr)
-    if not contenders:
-        print(f"biomoe: error: {args.runs}: no contender logged a validation", file=sys.stderr)
-        return 2
+    contenders: list[Contender] = []
+    missing: list[str] = []
+    commands: list[str] = []
+    machine = ""
     out = Path(args.out)
+    sources = [Path(s) for s in args.runs]
+    summaries = [s for s in sources if s.is_file()]
     out.mkdir(parents=True, exist_ok=True)
-    args.machine = args.machine or recorded.get("machine", "")
-    command = args.command or recorded.get("command") or " ".join(["python -m bench.experts report", args.runs])
+    try:  # a summary given again is an input: never written over
+        check_outputs([out / "summary.json", out / "summary.md", out / "curves.png"], summaries)
+    except (GenomeInputError, OSError) as why:
+        print(f"biomoe: error: {why}", file=sys.stderr)
+        return 2
+    for source in sources:
+        if source.is_file():  # a summary.json: its contenders, to render again beside the others
+            try:
+                found, gone, recorded = contenders_from_summary(source)
+            except NoCurve as why:
+                print(f"biomoe: error: {why}", file=sys.stderr)
+                return 2
+            missing += gone
+            commands.append(recorded.get("command", ""))
+            machine = machine or recorded.get("machine", "")
+        else:
+            found, splits = [], read_splits(args.splits)
+            for run_dir in sorted(p for p in source.iterdir() if (p / "command.txt").exists()):
+                try:
+                    found.append(read_contender(run_dir, splits))
+                except NoCurve as why:  # reported beside the others, not instead of them
+                    missing.append(str(why))
+                    print(f"biomoe: warning: {why}", file=sys.stderr)
+        names = {c.name for c in found}  # a contender run again replaces its earlier curve
+        contenders = [c for c in contenders if c.name not in names] + found
+    if not contenders:
+        print(f"biomoe: error: {' '.join(args.runs)}: no contender logged a validation", file=sys.stderr)
+        return 2
+    args.machine = args.machine or machine
+    command = args.command or "\n".join(c for c in commands if c) or \
+        " ".join(["python -m bench.experts report", *args.runs])
     write_text(out / "summary.json", json.dumps({"command": command, "machine": args.machine,
                                                  "contenders": [asdict(c) for c in contenders],
                                                  "without_curve": missing}, indent=1) + "\n")
@@ -504,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds after which every fit still running is stopped by SIGTERM (0: none)")
     r.add_argument("extra", nargs="*", help="more cli.py fit options for every contender (after --)")
     p = sub.add_parser("report", help="tables and curves from the runs")
-    p.add_argument("runs", help="the runs folder, or a report's summary.json to render again")
+    p.add_argument("runs", nargs="+", help="runs folders, or reports' summary.json files to render again, "
+                   "together (a contender found again replaces the earlier one)")
     p.add_argument("--splits", default="data/corpus-splits.tsv")
     p.add_argument("--out", required=True)
     p.add_argument("--command", default="", help="the command line to record in the summary")

@@ -283,4 +283,29 @@ def test_report_renders_again_from_its_summary(tmp_path: Path) -> None:
     assert json.loads((out / "summary.json").read_text())["contenders"][0]["curve"] == {
         "held-out strains": [[100, 1.9], [200, 1.8]]}
     (tmp_path / "bad.json").write_text("{}")
-    assert experts.main(["report", str(tmp_path / "bad.json"), "--out", str(out)]) == 2
+    assert experts.main(["report", str(tmp_path / "bad.json"), "--out", str(tmp_path / "bad")]) == 2
+    before = summary.read_bytes()
+    assert experts.main(["report", str(summary), "--out", str(tmp_path)]) == 2  # would write over its input
+    assert summary.read_bytes() == before
+
+
+def test_report_puts_a_later_study_beside_an_earlier_one(tmp_path: Path) -> None:
+    def summary(name: str, contenders: list, command: str) -> Path:
+        path = tmp_path / name / "summary.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"command": command, "machine": "a GPU", "without_curve": [],
+                                    "contenders": [experts.asdict(c) for c in contenders]}))
+        return path
+
+    curve = {"held-out strains": [(100, 1.9), (200, 1.8)]}
+    first = summary("first", [experts.Contender("base-dense", 100, curve=curve),
+                              experts.Contender("base-moe", 100, curve=curve)], "study one")
+    again = {"held-out strains": [(100, 1.9), (200, 1.7)]}
+    second = summary("second", [experts.Contender("base-fine", 100, curve=curve),
+                                experts.Contender("base-moe", 100, curve=again)], "study two")
+    out = tmp_path / "both"
+    assert experts.main(["report", str(first), str(second), "--out", str(out)]) == 0
+    merged = json.loads((out / "summary.json").read_text())
+    assert [c["name"] for c in merged["contenders"]] == ["base-dense", "base-fine", "base-moe"]
+    assert merged["contenders"][2]["curve"]["held-out strains"][-1] == [200, 1.7]  # the later run
+    assert merged["command"] == "study one\nstudy two" and merged["machine"] == "a GPU"
