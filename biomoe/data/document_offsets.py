@@ -23,10 +23,10 @@ OFFSETS_KEY = "document_offsets"
 
 
 class DocumentOffsets:
-    """A packed batch's document offsets, kept out of sight of Lightning's batch walking on purpose
-    (neither tensor, mapping, sequence nor dataclass): it would otherwise read their length as a
-    second batch size. Lightning therefore leaves the offsets on the host, pinned, and
-    :func:`batch_documents` copies them to the device without waiting."""
+    """A packed batch's document offsets as one plain object (neither tensor, mapping, sequence nor
+    dataclass): Lightning neither moves nor copies it, so the offsets stay on the host, pinned, and
+    :func:`batch_documents` copies them to the device without waiting. Lightning cannot infer a
+    batch size from a batch that holds it, so the training module's logs name theirs."""
 
     __slots__ = ("cu_seqlens", "max_seqlen")
 
