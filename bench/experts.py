@@ -415,7 +415,11 @@ def plot(contenders: list[Contender], path: Path) -> None:
             if not pts:
                 continue
             style = "--" if "dense" in c.name else "-"
-            axes[0][col].plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], style, marker=".", label=c.name)
+            line, = axes[0][col].plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], style, marker=".",
+                                      label=c.name)
+            low = best(c, group)  # a curve that turns up again: where it was lowest
+            if low is not None and pts[-1][1] > low[1] + OVERFIT_TOLERANCE:
+                axes[0][col].plot([low[0] / 1e6], [low[1]], marker="v", ms=9, color=line.get_color())
             seconds = dict(c.seconds)
             timed_pts = [(seconds[t], b) for t, b in pts if t in seconds]
             if timed and timed_pts:
