@@ -113,9 +113,8 @@ class BioMoEModule(L.LightningModule):
         if self.built is None:  # used outside a Trainer: build on the module's device
             self.configure_model()
         with self.built.autocast():
-            if documents is not None:
-                return self.model(input_ids, documents=documents)
-            return self.model(input_ids, position_ids=position_ids)
+            return self.model(input_ids, position_ids=None if documents is not None else position_ids,
+                              documents=documents)
 
     def forward_batch(self, batch: dict[str, Any]):
         """The forward of a loader's batch: packed rows with the offsets the DataModule found on the
