@@ -454,6 +454,23 @@ def contenders_from_summary(path: Path) -> tuple[list[Contender], list[str], dic
     return contenders, list(summary.get("without_curve", [])), summary
 
 
+def contenders_of(source: Path, splits_file: str) -> tuple[list[Contender], list[str], dict]:
+    """(contenders, why others have no curve, what a summary recorded) of a runs folder or of a
+    report's summary.json."""
+    if source.is_file():
+        return contenders_from_summary(source)
+    if not source.is_dir():
+        raise NoCurve(f"{source}: neither a runs folder nor a report's summary.json")
+    found, missing, splits = [], [], read_splits(splits_file)
+    for run_dir in sorted(p for p in source.iterdir() if (p / "command.txt").exists()):
+        try:
+            found.append(read_contender(run_dir, splits))
+        except NoCurve as why:  # reported beside the others, not instead of them
+            missing.append(str(why))
+            print(f"biomoe: warning: {why}", file=sys.stderr)
+    return found, missing, {}
+
+
 def report(args: argparse.Namespace) -> int:
     contenders: list[Contender] = []
     missing: list[str] = []
@@ -461,31 +478,22 @@ def report(args: argparse.Namespace) -> int:
     machine = ""
     out = Path(args.out)
     sources = [Path(s) for s in args.runs]
-    summaries = [s for s in sources if s.is_file()]
     out.mkdir(parents=True, exist_ok=True)
     try:  # a summary given again is an input: never written over
-        check_outputs([out / "summary.json", out / "summary.md", out / "curves.png"], summaries)
+        check_outputs([out / "summary.json", out / "summary.md", out / "curves.png"],
+                      [s for s in sources if s.is_file()])
     except (GenomeInputError, OSError) as why:
         print(f"biomoe: error: {why}", file=sys.stderr)
         return 2
     for source in sources:
-        if source.is_file():  # a summary.json: its contenders, to render again beside the others
-            try:
-                found, gone, recorded = contenders_from_summary(source)
-            except NoCurve as why:
-                print(f"biomoe: error: {why}", file=sys.stderr)
-                return 2
-            missing += gone
-            commands.append(recorded.get("command", ""))
-            machine = machine or recorded.get("machine", "")
-        else:
-            found, splits = [], read_splits(args.splits)
-            for run_dir in sorted(p for p in source.iterdir() if (p / "command.txt").exists()):
-                try:
-                    found.append(read_contender(run_dir, splits))
-                except NoCurve as why:  # reported beside the others, not instead of them
-                    missing.append(str(why))
-                    print(f"biomoe: warning: {why}", file=sys.stderr)
+        try:
+            found, gone, recorded = contenders_of(source, args.splits)
+        except NoCurve as why:
+            print(f"biomoe: error: {why}", file=sys.stderr)
+            return 2
+        missing += gone
+        commands.append(recorded.get("command", ""))
+        machine = machine or recorded.get("machine", "")
         names = {c.name for c in found}  # a contender run again replaces its earlier curve
         contenders = [c for c in contenders if c.name not in names] + found
     if not contenders:

@@ -284,6 +284,7 @@ def test_report_renders_again_from_its_summary(tmp_path: Path) -> None:
         "held-out strains": [[100, 1.9], [200, 1.8]]}
     (tmp_path / "bad.json").write_text("{}")
     assert experts.main(["report", str(tmp_path / "bad.json"), "--out", str(tmp_path / "bad")]) == 2
+    assert experts.main(["report", str(tmp_path / "no-such-runs"), "--out", str(tmp_path / "bad")]) == 2
     before = summary.read_bytes()
     assert experts.main(["report", str(summary), "--out", str(tmp_path)]) == 2  # would write over its input
     assert summary.read_bytes() == before
