@@ -142,6 +142,9 @@ class InferenceModel:
     precision: str
     built: BuiltModel | None = None
     path: str | None = None
+    compiled: bool = False
+    """Whether its blocks run under ``torch.compile`` (those are traced for the shapes of whole
+    windows; an engine that feeds other shapes, e.g. a KV-cache continuation, keeps whole windows)."""
 
     @property
     def config(self) -> ModelConfig:
@@ -206,7 +209,7 @@ def prepare_model(config: ModelConfig, state: Mapping[str, torch.Tensor] | None,
     announce(built.selection.summary(None).replace(
         "precision=no TE recipe (trainer.precision decides)", f"precision={weights} (no TE recipe)")
         + f" | weights={weights} | inference")
-    return InferenceModel(model, device, dtype, precision, built, path)
+    return InferenceModel(model, device, dtype, precision, built, path, compiled=runtime.compile)
 
 
 def _in_inference_dtypes(model: MoETransformer, dtype: torch.dtype) -> MoETransformer:

@@ -55,6 +55,7 @@ from biomoe.user_text import decode_user_text
 from biomoe.inference.batching import Window, WindowBatch
 from biomoe.inference.load import InferenceModel
 from biomoe.inference.scoring import run_log_likelihood
+from biomoe.inference.shared_prefix import Substitution, continues_from_prefix, score_substitutions
 from biomoe.model.transformer import MoETransformer
 
 __all__ = ["SkippableVariantError", "Variant", "check_variants", "prepare_windows", "read_variants",
@@ -310,16 +311,31 @@ def score_windows(model: InferenceModel | MoETransformer, variants: list[Variant
 
     The ref and alt windows of all variants share forward passes of up to ``batch_tokens`` tokens
     (``batch_size`` caps the variants per pass); variants that share a reference window (other
-    alleles at one site, the same ref allele) have it scored once. Every window is read from its
+    alleles at one site, the same ref allele) have it scored once. A substitution's alt window runs
+    only from its first changed base on, continuing the reference window's cached keys and values
+    (:mod:`biomoe.inference.shared_prefix`; bf16 and fp32). Every window is read from its
     start and summed over its own bases only (an indel's windows differ in length, and a batch pads
     its rows to the widest), so a variant's scores are those of its two windows scored alone."""
     tokenizer = NucleotideTokenizer()
     logp = np.zeros((len(variants), 2), dtype=np.float64)
     ref_rows: dict[tuple[str, int, str], int] = {}
     shared: list[tuple[int, int]] = []  # (variant, the variant whose reference window it reuses)
+    model = InferenceModel.wrap(model)
+    whole = range(len(variants))
+    if continues_from_prefix(model):  # substitutions: the alt window continues the ref window's cache
+        items, whole = _substitutions(tokenizer, prepared)
+
+        def keep(j: int, logp_ref: float, logp_alt: float) -> None:
+            logp[j] = (logp_ref, logp_alt)
+
+        score_substitutions(model, items, keep, batch_tokens, 2 * batch_size if batch_size else None, progress)
+        for item in items:  # an indel at the same site reuses the reference window's score
+            start, ref_seq, _ = prepared[item.key]
+            ref_rows.setdefault((variants[item.key].contig, start, ref_seq), item.key)
 
     def windows():
-        for j, ((start, ref_seq, alt_seq), variant) in enumerate(zip(prepared, variants)):
+        for j in whole:
+            (start, ref_seq, alt_seq), variant = prepared[j], variants[j]
             key = (variant.contig, start, ref_seq)
             if key in ref_rows:
                 shared.append((j, ref_rows[key]))
@@ -340,6 +356,21 @@ def score_windows(model: InferenceModel | MoETransformer, variants: list[Variant
     for j, source in shared:
         logp[j, 0] = logp[source, 0]
     return _rows(variants, prepared, logp)
+
+
+def _substitutions(tokenizer: NucleotideTokenizer,
+                   prepared: list[tuple[int, str, str]]) -> tuple[list[Substitution], list[int]]:
+    """(the variants whose windows have one length and differ somewhere, as substitutions; the
+    indices of the rest: indels, and alleles equal to the reference)."""
+    items, rest = [], []
+    for j, (_, ref_seq, alt_seq) in enumerate(prepared):
+        ref_ids, alt_ids = tokenizer.encode(ref_seq), tokenizer.encode(alt_seq)
+        changed = np.flatnonzero(ref_ids != alt_ids) if ref_ids.size == alt_ids.size else np.empty(0)
+        if changed.size:
+            items.append(Substitution(j, ref_ids, alt_ids, int(changed[0])))
+        else:
+            rest.append(j)
+    return items, rest
 
 
 def _rows(variants: list[Variant], prepared: list[tuple[int, str, str]], logp: np.ndarray) -> list[dict[str, object]]:

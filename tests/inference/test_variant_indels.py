@@ -105,9 +105,19 @@ def test_windows_of_different_lengths_share_batches_and_a_shared_ref_window_is_s
                 yield window
         return run(model, seen(), *args, **kwargs)
 
+    continued: list[int] = []
+    substitutions = score_module.score_substitutions
+
+    def counting_substitutions(model, items, *args, **kwargs):
+        continued.extend(item.ref_ids.size for item in items)
+        return substitutions(model, items, *args, **kwargs)
+
     monkeypatch.setattr(score_module, "run_log_likelihood", counting)
+    monkeypatch.setattr(score_module, "score_substitutions", counting_substitutions)
     together = score_variants(model, genome, variants, window=WINDOW)
-    assert sorted(scored[:4]) == [WINDOW - 1, WINDOW, WINDOW, WINDOW + 4]  # one ref window for the three alleles
+    # one ref window for the three alleles: scored with the substitution, whose alt continues it;
+    # the insertion and deletion reuse its score and run their own alt windows only
+    assert continued == [WINDOW] and sorted(scored[:2]) == [WINDOW - 1, WINDOW + 4]
     alone = score_variants(model, genome, variants, window=WINDOW, batch_tokens=1)  # one window per batch
     for row, single, variant in zip(together, alone, variants):
         seq = SEQ if variant.contig == "chr1" else SHORT

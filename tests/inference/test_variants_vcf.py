@@ -227,7 +227,13 @@ def test_each_allele_of_a_multi_allelic_record_is_its_own_row(tiny_checkpoint, w
         single.write_text(f"chr1\t{row[1]}\t{row[3]}\t{row[4]}\n")
         alone = tmp_path / f"alone_{row[4]}.tsv"
         assert cli_main(["score-variants", *common, "--variants", str(single), "--out", str(alone)]) == 0
-        assert alone.read_text().splitlines()[1].split("\t")[5:] == row[5:]
+        single_row = alone.read_text().splitlines()[1].split("\t")
+        assert single_row[5] == row[5]  # the same window
+        # the same scores; alone, its alt window shares a forward pass with fewer rows, and fp32
+        # matrix products of other shapes round differently in the last place (~1e-7 of each base's
+        # log-likelihood, summed over the window's 64 bases)
+        assert [float(v) for v in single_row[6:9]] == pytest.approx([float(v) for v in row[6:9]], abs=1e-4)
+        assert single_row[9:] == row[9:]
     capsys.readouterr()
 
 
