@@ -131,7 +131,9 @@ def main(argv: list[str]) -> int:
     model = model_from_args(args)
     all_snvs = [(label, snv) for label, snvs in snvs_of.items() for snv in snvs]
     variants = [Variant(s.contig, s.position, s.ref, s.alt) for _, s in all_snvs]
-    variants, prepared, _ = check_variants(genome, variants, window, source="mutations")
+    # one window per codon, centred on its middle base: the codon's nine SNVs share its reference pass
+    variants, prepared, _ = check_variants(genome, variants, window, source="mutations",
+                                           centres=[s.codon_middle for _, s in all_snvs])
     with progress_bar(len(variants), "mutations", unit="variant", disable=args.no_progress) as bar, \
             FirstBatchClock(bar) as clock:
         rows = _score(model, variants, prepared, clock, args.batch_tokens, estimate=on_cpu)

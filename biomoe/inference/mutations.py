@@ -94,6 +94,12 @@ class MutationSNV:
     codon: str  # reference codon on the coding strand
     klass: str
 
+    @property
+    def codon_middle(self) -> int:
+        """1-based forward-strand position of the codon's middle base: where the nine SNVs of a
+        codon centre their one shared scoring window."""
+        return self.position - self.strand * (self.codon_position - 2)
+
 
 def _codon_at(sequence: str, gene: Gene, index: int) -> tuple[str, list[int]]:
     """Codon ``index`` of ``gene`` on its coding strand and the 0-based forward coordinates of its

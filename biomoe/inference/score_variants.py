@@ -229,11 +229,14 @@ class SkippableVariantError(GenomeInputError):
 
 
 def variant_windows(genome: SequenceReader, variant: Variant, window: int, source: str,
-                    names: ContigNames | None = None) -> tuple[int, str, str]:
+                    names: ContigNames | None = None, centre: int | None = None) -> tuple[int, str, str]:
     """(window start, ref window, alt window); checks the contig, bounds, reference allele and that
     both alleles fit in ``window``. The alt window is the ref window with ``ref`` replaced by
     ``alt``: as long as it for a substitution, longer or shorter by the difference for an indel.
-    ``names``: the contigs of ``genome`` (built from it when not given)."""
+    ``names``: the contigs of ``genome`` (built from it when not given). ``centre``: the 1-based
+    position to centre the window on instead of the variant (variants near each other, e.g. the
+    SNVs of one codon, then share one reference window), moved as little as needed to hold the
+    variant."""
     names = ContigNames(genome) if names is None else names
     try:
         index = names.resolve(variant.contig)
@@ -261,7 +264,8 @@ def variant_windows(genome: SequenceReader, variant: Variant, window: int, sourc
         raise GenomeInputError(source, f"variant {variant.label()}: its {alleles} of {longest} bases do not fit in "
                                        f"the scoring window of {window} bases (raise --window)")
     size = min(window, length)
-    start = min(max(begin + len(variant.ref) // 2 - size // 2, 0), length - size)
+    middle = begin + len(variant.ref) // 2 if centre is None else centre - 1
+    start = min(max(middle - size // 2, end - size, 0), begin, length - size)
     ref_seq = genome.fetch(index, start, start + size).upper()
     offset = begin - start
     alt_seq = ref_seq[:offset] + variant.alt + ref_seq[offset + len(variant.ref):]
@@ -285,16 +289,19 @@ def prepare_windows(genome: SequenceReader, variants: list[Variant], window: int
 
 
 def check_variants(genome: SequenceReader, variants: list[Variant], window: int, source: str = "variants",
-                   skip: bool = False) -> tuple[list[Variant], list[tuple[int, str, str]], list[tuple[Variant, str]]]:
+                   skip: bool = False, centres: list[int] | None = None,
+                   ) -> tuple[list[Variant], list[tuple[int, str, str]], list[tuple[Variant, str]]]:
     """(variants kept, their windows, (variant, reason) set aside). With ``skip`` false this is
-    :func:`prepare_windows`: the first unscorable variant stops with one line."""
+    :func:`prepare_windows`: the first unscorable variant stops with one line. ``centres``: one
+    1-based position per variant to centre its window on (:func:`variant_windows`)."""
     names = ContigNames(genome)
     kept: list[Variant] = []
     prepared: list[tuple[int, str, str]] = []
     skipped: list[tuple[Variant, str]] = []
-    for variant in variants:
+    for k, variant in enumerate(variants):
         try:
-            prepared.append(variant_windows(genome, variant, window, source, names))
+            prepared.append(variant_windows(genome, variant, window, source, names,
+                                            None if centres is None else centres[k]))
         except SkippableVariantError as exc:
             if not skip:
                 raise

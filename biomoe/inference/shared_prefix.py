@@ -7,7 +7,9 @@ position ``o`` is predicted from the same context in both, so its alt log-likeli
 the reference window's own prediction there. The alt window therefore runs only from ``o + 1``,
 attending to the reference window's keys and values of positions ``0..o`` (a :class:`KVCache`
 continued under a lower-right causal mask). A substitution centred in a window of ``W`` bases costs
-``W + W/2`` tokens instead of ``2W``, and the alternatives at one site share one reference pass.
+``W + W/2`` tokens instead of ``2W``; the alternatives at one site, and every substitution whose
+window is the same stretch of genome (a codon's nine SNVs in one window), share one reference
+pass, and alt rows of one pass continue from the earliest change among them.
 
 The sums are those of :func:`biomoe.inference.score_variants.score_windows` scoring the two windows
 alone: ``logp_ref`` over the reference window, ``logp_alt`` over the alt window, N positions left
@@ -57,7 +59,7 @@ class _Chunk:
     """Reference windows and the alt windows continuing them, for one forward pair."""
 
     width: int
-    prefix: int  # positions 0..prefix-1 are shared; the alt pass runs positions prefix..width-1
+    prefix: int  # inputs 0..prefix-1 are the same in every alt row and its reference: the alt pass runs the rest
     ref_keys: list[list[int]]  # per reference row, the items it serves
     alt_keys: list[int]
     alt_ref: np.ndarray  # per alt row, its reference row
@@ -65,32 +67,31 @@ class _Chunk:
 
 
 def _chunks(items: Sequence[Substitution], budget: int, max_rows: int | None, pin: bool) -> Iterator[_Chunk]:
-    """Items grouped by (window length, offset), each reference window once, cut into chunks of about
-    ``budget`` forward tokens (a reference row costs its width, an alt row what it continues)."""
-    groups: dict[tuple[int, int], dict[bytes, list[Substitution]]] = {}
+    """Items grouped by window length, each reference window once (the alleles at one site, and
+    the sites of one codon when they share a window, share its row), cut into chunks of about
+    ``budget`` forward tokens: a reference row costs its width, an alt row what it continues."""
+    groups: dict[int, dict[bytes, list[Substitution]]] = {}
     for item in items:
-        sites = groups.setdefault((item.ref_ids.size, item.offset + 1), {})
-        sites.setdefault(item.ref_ids.tobytes(), []).append(item)
-    for (width, prefix), sites in groups.items():
+        groups.setdefault(item.ref_ids.size, {}).setdefault(item.ref_ids.tobytes(), []).append(item)
+    for width, sites in groups.items():
         refs: list[list[Substitution]] = []
-        cost = 0
+        cost = rows = 0
         for site in sites.values():
-            more = width + len(site) * (width - prefix + 1)
-            rows = sum(len(r) + 1 for r in refs) + len(site) + 1
-            if refs and (cost + more > budget or (max_rows is not None and rows > max_rows)):
-                yield _chunk(width, prefix, refs, pin)
-                refs, cost = [], 0
+            more = width + sum(width - item.offset for item in site)
+            if refs and (cost + more > budget or (max_rows is not None and rows + len(site) + 1 > max_rows)):
+                yield _chunk(width, refs, pin)
+                refs, cost, rows = [], 0, 0
             refs.append(site)
-            cost += more
+            cost, rows = cost + more, rows + len(site) + 1
         if refs:
-            yield _chunk(width, prefix, refs, pin)
+            yield _chunk(width, refs, pin)
 
 
-def _chunk(width: int, prefix: int, refs: list[list[Substitution]], pin: bool) -> _Chunk:
+def _chunk(width: int, refs: list[list[Substitution]], pin: bool) -> _Chunk:
     alts = [item for site in refs for item in site]
     tokens = torch.from_numpy(np.stack([site[0].ref_ids for site in refs] + [item.alt_ids for item in alts]))
-    return _Chunk(width, prefix, [[item.key for item in site] for site in refs], [item.key for item in alts],
-                  np.repeat(np.arange(len(refs)), [len(site) for site in refs]),
+    return _Chunk(width, min(item.offset for item in alts) + 1, [[item.key for item in site] for site in refs],
+                  [item.key for item in alts], np.repeat(np.arange(len(refs)), [len(site) for site in refs]),
                   tokens.pin_memory() if pin else tokens)
 
 
@@ -108,7 +109,9 @@ def _compute(model: InferenceModel, tokens: Tensor, chunk: _Chunk) -> dict[str, 
     ref_logits = model(inputs, cache=cache).logits
     ref_ll = _masked_ll(ref_logits, ref_labels)
     which = torch.from_numpy(chunk.alt_ref).to(model.device)
-    shared = prefix - 1  # the changed position: predicted from the shared context
+    # position prefix - 1 is predicted from shared inputs: the alt label's log p comes from the
+    # reference pass (an alt that changes a later base has the reference label there: adds 0)
+    shared = prefix - 1
     llr = _masked_ll(ref_logits[which, shared:shared + 1], alt_labels[:, shared:shared + 1]).nansum(1) \
         - ref_ll[which, shared].nan_to_num(0.0)
     if prefix < width:

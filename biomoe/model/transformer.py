@@ -11,6 +11,7 @@ nothing about Lightning, precision recipes or parallelism; those are applied fro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -181,6 +182,18 @@ class StaticKVCache:
         self.empty = False
 
 
+def _lower_right_causal(queries: int, keys: int, device: torch.device) -> Tensor | Any:
+    """The causal mask of ``queries`` new tokens after ``keys - queries`` cached ones (SDPA's
+    ``is_causal`` aligns top-left). On CUDA torch's ``causal_lower_right`` bias, which the flash and
+    memory-efficient kernels take without a mask in memory (imported here: its module imports
+    ``torch._dynamo``, seconds that a CPU run need not pay); elsewhere a boolean mask."""
+    if device.type == "cuda":
+        from torch.nn.attention.bias import causal_lower_right
+
+        return causal_lower_right(queries, keys)
+    return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(diagonal=keys - queries)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, backends: LayerBackends = TORCH_BACKENDS) -> None:
         super().__init__()
@@ -217,10 +230,8 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif s == 1:  # one new token sees everything cached: no mask
             out = F.scaled_dot_product_attention(q, k, v)
-        else:
-            # SDPA's is_causal aligns the mask top-left; new query i sits at position past + i.
-            mask = torch.ones(s, past + s, dtype=torch.bool, device=x.device).tril(diagonal=past)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:  # new query i sits at position past + i: causal, aligned to the lower right
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=_lower_right_causal(s, past + s, x.device))
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
     def _static_attention(self, q: Tensor, k: Tensor, v: Tensor, cache: StaticKVCache, layer_id: int) -> Tensor:

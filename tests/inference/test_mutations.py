@@ -57,6 +57,9 @@ def test_a_codon_is_read_and_mutated_on_its_genes_own_strand(strand):
     assert sequence[stop.position - 1] == stop.ref
     assert sum(s.klass == "stop_gain" for s in snvs.values()) == 2  # TAG, TGA; TGG has no synonym
     assert all(s.klass == "missense" for k, s in snvs.items() if k not in ((2, "A"), (3, "A")))
+    middle = {s.codon_middle for s in snvs.values()}  # the codon's one shared window is centred here
+    assert middle == {5 if strand > 0 else 8}
+    assert sequence[middle.pop() - 1] == ("G" if strand > 0 else "C")  # tGg, read on its own strand
 
 
 def test_table_4_reads_tga_as_tryptophan_and_table_1_classes_as_table_11():

@@ -158,3 +158,21 @@ def test_an_indel_written_with_a_dash_is_told_how_to_write_it(tmp_path):
     with pytest.raises(GenomeInputError, match=r"line 1: ref/alt must be A/C/G/T, got A>- \(write an indel "
                                                r"VCF-style, with the base before it"):
         read_variants(table)
+
+
+def test_a_window_centred_elsewhere_moves_only_as_far_as_it_must_to_hold_the_variant(write_fasta):
+    from biomoe.inference.score_variants import Variant, check_variants
+
+    seq = random_dna(500, seed=3)
+    genome = Genome(write_fasta({"chr1": seq}))
+    snvs = [Variant("chr1", p, seq[p - 1], "A" if seq[p - 1] != "A" else "C") for p in (199, 200, 201, 300, 5)]
+    _, own, _ = check_variants(genome, snvs, 64)
+    _, codon, _ = check_variants(genome, snvs, 64, centres=[200, 200, 200, 200, 200])
+    assert [start for start, _, _ in own] == [198 - 32, 199 - 32, 200 - 32, 299 - 32, 0]
+    # the codon's three SNVs share one window centred on its middle base; one far after it sits at
+    # the window's last base, one far before it at the window's first
+    assert [start for start, _, _ in codon] == [199 - 32] * 3 + [299 - 63, 4]
+    for (start, ref_seq, alt_seq), variant in zip(codon, snvs):
+        assert ref_seq == seq[start:start + 64] and len(alt_seq) == 64
+        offset = variant.position - 1 - start
+        assert ref_seq[offset] == variant.ref and alt_seq[offset] == variant.alt
