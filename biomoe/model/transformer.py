@@ -11,7 +11,6 @@ nothing about Lightning, precision recipes or parallelism; those are applied fro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -182,16 +181,20 @@ class StaticKVCache:
         self.empty = False
 
 
-def _lower_right_causal(queries: int, keys: int, device: torch.device) -> Tensor | Any:
-    """The causal mask of ``queries`` new tokens after ``keys - queries`` cached ones (SDPA's
-    ``is_causal`` aligns top-left). On CUDA torch's ``causal_lower_right`` bias, which the flash and
-    memory-efficient kernels take without a mask in memory (imported here: its module imports
-    ``torch._dynamo``, seconds that a CPU run need not pay); elsewhere a boolean mask."""
-    if device.type == "cuda":
-        from torch.nn.attention.bias import causal_lower_right
-
-        return causal_lower_right(queries, keys)
-    return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(diagonal=keys - queries)
+def _continued_attention(q: Tensor, k: Tensor, v: Tensor, past: int) -> Tensor:
+    """Attention of ``s`` new queries after ``past`` cached tokens: query ``i`` sits at position
+    ``past + i`` and sees keys ``0..past + i`` (causal, aligned to the lower right; SDPA's
+    ``is_causal`` aligns top-left). While the cache holds no more than the new tokens, the queries
+    take the last rows of a square causal attention whose first ``past`` rows are zeros and are
+    dropped: the flash kernel, no mask in memory, for at most a third more attention work. Past a
+    longer cache a boolean mask wastes less. (torch's ``causal_lower_right`` bias would do the first
+    without the extra rows, but importing it imports ``torch._dynamo``: seconds of a use command's start.)"""
+    b, h, s, d = q.shape
+    if past <= s:
+        padded = torch.cat([q.new_zeros(b, h, past, d), q], dim=2)
+        return F.scaled_dot_product_attention(padded, k, v, is_causal=True)[:, :, past:]
+    mask = torch.ones(s, past + s, dtype=torch.bool, device=q.device).tril(diagonal=past)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 class Attention(nn.Module):
@@ -230,8 +233,8 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif s == 1:  # one new token sees everything cached: no mask
             out = F.scaled_dot_product_attention(q, k, v)
-        else:  # new query i sits at position past + i: causal, aligned to the lower right
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=_lower_right_causal(s, past + s, x.device))
+        else:
+            out = _continued_attention(q, k, v, past)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
     def _static_attention(self, q: Tensor, k: Tensor, v: Tensor, cache: StaticKVCache, layer_id: int) -> Tensor:

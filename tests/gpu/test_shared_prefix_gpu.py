@@ -1,5 +1,5 @@
-"""On a GPU, alt windows continued from the reference window's cache (lower-right causal attention
-without a mask in memory) score as the two windows read whole."""
+"""On a GPU, alt windows continued from the reference window's cache score as the two windows read
+whole (flash attention over a square causal pass whose first rows are dropped)."""
 
 from __future__ import annotations
 
