@@ -29,7 +29,7 @@ Factory = Callable[[list[torch.Tensor]], torch.optim.Optimizer]
 
 
 def contenders(te: bool) -> list[tuple[str, int, Factory]]:
-    from biomoe.training.compiled_adamw import CompiledAdamWWithMasterWeights
+    from biomoe.training.optimization.compiled_adamw import CompiledAdamWWithMasterWeights
 
     rows: list[tuple[str, int, Factory]] = [
         ("torch AdamW fused, bf16 weights (no masters)", 14, lambda ps: torch.optim.AdamW(ps, lr=1e-4, fused=True))]

@@ -21,7 +21,7 @@ import torch
 
 from bench.models import Contender
 from bench.shapes import BenchShape
-from biomoe.training.step_graph import GraphedStep
+from biomoe.training.step.cuda_graph import GraphedStep
 
 PEAK_BF16_TFLOPS = 790.0
 """Dense bf16 matmul rate measured on the H200 these runs use; MFU of every precision is against it."""
@@ -181,7 +181,7 @@ def peak_memory_gb(device: torch.device) -> float | None:
 def make_train_step(contender: Contender, ids: torch.Tensor, labels: torch.Tensor,
                     lr: float = 1e-4, graphed: bool = False, eager_steps: int = 3) -> Callable[[], torch.Tensor]:
     """One full training step (forward, backward, AdamW step, zero_grad); returns the loss.
-    ``graphed``: the whole step replayed as one CUDA graph (:class:`~biomoe.training.step_graph.GraphedStep`,
+    ``graphed``: the whole step replayed as one CUDA graph (:class:`~biomoe.training.step.cuda_graph.GraphedStep`,
     with a capturable AdamW) after ``eager_steps`` eager steps; the next one is captured.
 
     Timing and profiling both call this, so they measure the same work."""

@@ -70,16 +70,36 @@ elif not any(isinstance(finder, _AfterRegistryImport) for finder in sys.meta_pat
     sys.meta_path.insert(0, _AfterRegistryImport())
 
 
-# Configs and checkpoints name callbacks by class path, and these five modules held training's
-# callbacks before they moved into biomoe.training: ``class_path: biomoe.callbacks.NonFiniteGuard``
-# still loads, with one warning per name (:func:`biomoe.training.old_paths.forward_names`). No file
-# stands for an old module: the finder below makes it, when it is imported, from this table.
+# Configs name callbacks by class path, and a run folder's config.yaml keeps the paths it was started
+# with, so every class a config can name (callbacks, loggers, the LightningModule) is still found at
+# the module paths it had before: ``class_path: biomoe.callbacks.NonFiniteGuard`` (before training's
+# classes moved into biomoe.training) and ``class_path: biomoe.training.ema.EMAWeightAveraging``
+# (before biomoe.training was split into step, optimization, reports and guards) still load, with
+# one warning per name (:func:`biomoe.training.old_paths.forward_names`). No file stands for an old
+# module: the finder below makes it, when it is imported, from this table.
 _OLD_MODULES = {
-    "biomoe.baseline": ("biomoe.training.markov_baseline", ("EvaluationPassCallback", "MarkovBaseline")),
-    "biomoe.callbacks": ("biomoe.training.callbacks", ("NonFiniteError", "NonFiniteGuard", "RouterCollapseMonitor")),
-    "biomoe.prediction_writer": ("biomoe.training.prediction_writer", ("WindowScoreWriter",)),
-    "biomoe.repeat_metric": ("biomoe.training.repeat_mixture", ("RepeatMixture",)),
-    "biomoe.time_budget": ("biomoe.training.time_budget", ("TimeBudget",)),
+    "biomoe.baseline": ("biomoe.training.reports.markov_baseline", ("EvaluationPassCallback", "MarkovBaseline")),
+    "biomoe.callbacks": ("biomoe.training.guards.health",
+                         ("NonFiniteError", "NonFiniteGuard", "RouterCollapseMonitor")),
+    "biomoe.prediction_writer": ("biomoe.training.reports.prediction_writer", ("WindowScoreWriter",)),
+    "biomoe.repeat_metric": ("biomoe.training.reports.repeat_mixture", ("RepeatMixture",)),
+    "biomoe.time_budget": ("biomoe.training.guards.time_budget", ("TimeBudget",)),
+    "biomoe.training.best_checkpoint": ("biomoe.training.guards.best_checkpoint", ("BestCheckpoint",)),
+    "biomoe.training.callbacks": ("biomoe.training.guards.health",
+                                  ("NonFiniteError", "NonFiniteGuard", "RouterCollapseMonitor")),
+    "biomoe.training.ema": ("biomoe.training.optimization.ema", ("EMAWeightAveraging",)),
+    "biomoe.training.genome_metrics": ("biomoe.training.reports.genome_metrics", ("PerGenomeMetrics",)),
+    "biomoe.training.history": ("biomoe.training.reports.history", ("MetricsHistory", "RunRecord")),
+    "biomoe.training.init_weights": ("biomoe.training.optimization.init_weights", ("InitWeights",)),
+    "biomoe.training.markov_baseline": ("biomoe.training.reports.markov_baseline",
+                                        ("EvaluationPassCallback", "MarkovBaseline")),
+    "biomoe.training.module": ("biomoe.training.step.lightning_module", ("BioMoEModule",)),
+    "biomoe.training.prediction_writer": ("biomoe.training.reports.prediction_writer", ("WindowScoreWriter",)),
+    "biomoe.training.preemption": ("biomoe.training.guards.preemption", ("SaveOnSigterm",)),
+    "biomoe.training.repeat_mixture": ("biomoe.training.reports.repeat_mixture", ("RepeatMixture",)),
+    "biomoe.training.time_budget": ("biomoe.training.guards.time_budget", ("TimeBudget",)),
+    "biomoe.training.time_limit": ("biomoe.training.guards.time_limit", ("StopAtTimeLimit",)),
+    "biomoe.training.training_length": ("biomoe.training.guards.training_length", ("TrainingLength",)),
 }
 
 

@@ -4,7 +4,7 @@ results/quality/run-summaries/.
     python scripts/make_quality_figures.py
 
 Each summary (written by ``scripts/summarize_run.py``) holds a run's validation curve; the figures
-are drawn by ``biomoe.training.plots.plot_validation_comparison``, which reads CSV, so each curve
+are drawn by ``biomoe.training.reports.plots.plot_validation_comparison``, which reads CSV, so each curve
 is handed to it as a two-column CSV in a temporary folder.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repository root, when biomoe is not installed
 
-from biomoe.training.plots import plot_validation_comparison  # noqa: E402
+from biomoe.training.reports.plots import plot_validation_comparison  # noqa: E402
 
 QUALITY = ROOT / "results" / "quality"
 RUNS = QUALITY / "run-summaries"

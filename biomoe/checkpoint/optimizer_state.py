@@ -1,7 +1,7 @@
 """Optimizer state between the portable master-weight layout and Transformer Engine's.
 
 Checkpoints hold master-weight AdamW state in one portable layout, the one of the CPU reference
-optimizer (``biomoe.training.optim.AdamWWithMasterWeights``): per parameter ``master``,
+optimizer (``biomoe.training.optimization.master_adamw.AdamWWithMasterWeights``): per parameter ``master``,
 ``exp_avg``, ``exp_avg_sq`` and ``step``. TE's ``FusedAdam`` names the master ``master_param`` and
 counts steps per parameter group. Converting on every save and load lets a run saved on a GPU with
 TE resume on the CPU path and back. No optimizer is imported here.

@@ -47,12 +47,12 @@ from biomoe.compat.lightning import add_subcommand, set_negative_number_matcher,
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ConfigError, check_expert_parallel
-from biomoe.training.history import RunRecord, install_metrics_history, install_run_record
-from biomoe.training.markov_baseline import MarkovBaseline
-from biomoe.training.module import BioMoEModule
-from biomoe.training.prediction_writer import WindowScoreWriter
-from biomoe.training.preemption import SaveOnSigterm
-from biomoe.training.time_limit import StopAtTimeLimit
+from biomoe.training.guards.preemption import SaveOnSigterm
+from biomoe.training.guards.time_limit import StopAtTimeLimit
+from biomoe.training.reports.history import RunRecord, install_metrics_history, install_run_record
+from biomoe.training.reports.markov_baseline import MarkovBaseline
+from biomoe.training.reports.prediction_writer import WindowScoreWriter
+from biomoe.training.step.lightning_module import BioMoEModule
 
 __all__ = ["BioMoECLI", "install_atomic_checkpoint_io", "install_markov_baseline", "run_lightning_cli"]
 
@@ -329,7 +329,7 @@ class BioMoECLI(LightningCLI):
             raise GenomeInputError(path, "holds no optimizer state (a best checkpoint keeps only what scoring "
                                          "needs), so fit cannot resume it; resume the run's last.ckpt "
                                          "(--ckpt_path last), or start a new run from these weights with "
-                                         "--trainer.callbacks+=biomoe.training.init_weights.InitWeights "
+                                         "--trainer.callbacks+=biomoe.training.optimization.init_weights.InitWeights "
                                          f"--trainer.callbacks.checkpoint {path} instead of --ckpt_path")
 
     def _check_parallel(self) -> None:

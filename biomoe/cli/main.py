@@ -202,7 +202,7 @@ def _quiet_interrupt_notice(record: logging.LogRecord) -> bool:
 def _interrupted() -> int:
     """Ctrl-C: one line and the shell's status for SIGINT. Checkpoints are written atomically, so
     the last one that completed is intact; a write that was cut off left no file behind."""
-    from biomoe.training.stop_report import take_line  # what the interrupted fit saved, if one ran
+    from biomoe.training.guards.stop_report import take_line  # what the interrupted fit saved, if one ran
 
     print(f"biomoe: error: {take_line() or INTERRUPTED}", file=sys.stderr)
     return 130

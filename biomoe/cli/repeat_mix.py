@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
     from biomoe.genomics.markov import MAX_ORDER
     from biomoe.genomics.repeat_expert import check_settings, fit_on_training_split
     from biomoe.genomics.repeat_mix import markov_log_probs, score
-    from biomoe.training.plots import plot_repeat_gain
+    from biomoe.training.reports.plots import plot_repeat_gain
 
     check_outputs([args.out, args.plot], [*args.fasta, args.ckpt])  # never over an input
     if args.ckpt is not None:

@@ -212,7 +212,7 @@ def classify(err: BaseException) -> UserError | None:
     # imported here: cli.main imports this module at start-up; both pull in Lightning (--help stays fast)
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-    from biomoe.training.callbacks import NonFiniteError
+    from biomoe.training.guards.health import NonFiniteError
 
     chain = _chain(err)
     if any(isinstance(item, KeyboardInterrupt) for item in chain):

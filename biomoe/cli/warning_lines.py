@@ -39,7 +39,7 @@ QUIET_WARNINGS: tuple[str, ...] = (
     "LightningCLI's args parameter is intended",
     # Lightning's own use of a torch API deprecated in torch 2.13, once per fit.
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-    # The EMA callback (biomoe.training.ema) on a model built in configure_model, as every biomoe
+    # The EMA callback (biomoe.training.optimization.ema) on a model built in configure_model, as every biomoe
     # model is: the average is an unsharded copy by design, and the warning names nothing to change.
     r"You're using the WeightAveraging callback with a model that overrides the configure_model",
     # The model summary's size column under bf16-mixed; the kernels line says what computes in what.

@@ -3,7 +3,7 @@
 Uses the same split, windows and loss function as ``biomoe validate`` (a
 :class:`~biomoe.data.datamodule.GenomeDataModule` with the given ``seq_length``), so the table is directly
 comparable with a network's ``val/bits_per_base`` and tells which ``order`` to give
-:class:`~biomoe.training.markov_baseline.MarkovBaseline`.
+:class:`~biomoe.training.reports.markov_baseline.MarkovBaseline`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""The module paths training's callbacks had before they moved into :mod:`biomoe.training`.
+"""The module paths training's classes had before they moved, kept working for configs and run folders.
 
-Configs and run folders name callbacks by class path (``class_path: biomoe.callbacks.NonFiniteGuard``),
-so a class that moves would break every config that names it. Each old path is a small module
-whose module-level ``__getattr__`` (PEP 562) returns the class from its new module and says, once
-per name, where it lives now. Importing an old module costs nothing: the new one, and with it
-Lightning and torch, is imported only when a name is looked up.
+Configs and run folders name callbacks by class path (``class_path: biomoe.callbacks.NonFiniteGuard``,
+``class_path: biomoe.training.ema.EMAWeightAveraging``), so a class that moves would break every
+config that names it, and every run folder whose ``config.yaml`` does. Each old path is a small
+module whose module-level ``__getattr__`` (PEP 562) returns the class from its new module and says,
+once per name, where it lives now. Importing an old module costs nothing: the new one, and with it
+Lightning and torch, is imported only when a name is looked up. Which old path leads where is
+``biomoe._OLD_MODULES``.
 """
 
 from __future__ import annotations

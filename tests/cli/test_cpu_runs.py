@@ -13,7 +13,7 @@ from jsonargparse import Namespace
 from biomoe.cli.main import main
 from biomoe.cli.run import trainer_setup
 from biomoe.cli.run.summary import format_size
-from biomoe.training.history import recorded_precision
+from biomoe.training.reports.history import recorded_precision
 from conftest import ROOT
 
 LAMBDA = ROOT / "data/lambda_virus.fa.gz"

@@ -21,7 +21,7 @@ from biomoe.cli.run import memory_check, trainer_setup
 from biomoe.cli.run.folders import follow_root_dir, options_given, remove_unstarted_run_folder
 from biomoe.cli.run.progress_lines import ProgressLines
 from biomoe.cli.run.resume import checkpoint_identity, differences, run_identity
-from biomoe.training.stop_report import resume_command
+from biomoe.training.guards.stop_report import resume_command
 from conftest import ROOT
 
 LAMBDA = ROOT / "data/lambda_virus.fa.gz"

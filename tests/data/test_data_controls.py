@@ -18,9 +18,9 @@ from biomoe.data.sources.genome import Genome
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ConfigError, OptimConfig
 from biomoe.data.packed import PackedGenomeDataset
-from biomoe.training.genome_metrics import PerGenomeMetrics
+from biomoe.training.reports.genome_metrics import PerGenomeMetrics
 from biomoe.genomics.markov import training_sequences
-from biomoe.training.module import BioMoEModule
+from biomoe.training.step.lightning_module import BioMoEModule
 from conftest import random_dna
 
 

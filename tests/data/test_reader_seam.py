@@ -19,7 +19,7 @@ from biomoe.data.tokenizer import BOS_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.inference.scoring import sequence_log_likelihood
 from biomoe.model.config import ModelConfig, OptimConfig
-from biomoe.training.module import BioMoEModule
+from biomoe.training.step.lightning_module import BioMoEModule
 from conftest import random_dna
 
 

@@ -31,7 +31,7 @@ from biomoe.data.sources.store_prepare import prepare_store
 from biomoe.data.sources.store_twobit import RecordEncoder, TwoBitFile, iter_pieces, write_twobit
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ModelConfig, OptimConfig
-from biomoe.training.module import BioMoEModule
+from biomoe.training.step.lightning_module import BioMoEModule
 from conftest import error_line, fasta_text
 
 

@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from biomoe.genomics.markov import training_sequences
-from biomoe.training.markov_baseline import MarkovBaseline
+from biomoe.training.reports.markov_baseline import MarkovBaseline
 from biomoe.model.config import ModelConfig, OptimConfig
 from biomoe.data.datamodule import GenomeDataModule, split_regions
 from biomoe.model.losses import LN2, masked_cross_entropy_sum
 from biomoe.genomics.markov import MarkovModel, count_kmers
 from biomoe.genomics.markov_report import markov_table
-from biomoe.training.module import BioMoEModule
-from biomoe.training.time_budget import TimeBudget
+from biomoe.training.guards.time_budget import TimeBudget
+from biomoe.training.step.lightning_module import BioMoEModule
 from biomoe.data.tokenizer import NucleotideTokenizer
 from conftest import ROOT
 
@@ -136,7 +136,7 @@ def test_validation_logs_markov_baseline_equal_to_the_table(tmp_path):
 def test_time_budget_fixes_steps_and_ends_the_schedule(tmp_path, monkeypatch):
     import types
 
-    import biomoe.training.time_budget as tb
+    import biomoe.training.guards.time_budget as tb
 
     clock = iter(np.arange(1, 100) * 0.1)  # each reading of the clock advances 0.1 s
     monkeypatch.setattr(tb, "time", types.SimpleNamespace(perf_counter=lambda: float(next(clock))))

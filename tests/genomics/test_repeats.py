@@ -193,8 +193,8 @@ def test_validation_callback_logs_what_repeat_mix_scores(tiny_config, write_fast
 
     from biomoe.model.config import OptimConfig
     from biomoe.data.datamodule import GenomeDataModule
-    from biomoe.training.module import BioMoEModule
-    from biomoe.training.repeat_mixture import RepeatMixture
+    from biomoe.training.reports.repeat_mixture import RepeatMixture
+    from biomoe.training.step.lightning_module import BioMoEModule
     from biomoe.genomics.repeat_mix import score
 
     unit = random_dna(300, 11)
@@ -239,8 +239,8 @@ def test_callback_refuses_an_oversized_genome_before_training(tiny_config, write
     import biomoe.genomics.repeat_expert
     from biomoe.model.config import OptimConfig
     from biomoe.data.datamodule import GenomeDataModule
-    from biomoe.training.module import BioMoEModule
-    from biomoe.training.repeat_mixture import RepeatMixture
+    from biomoe.training.reports.repeat_mixture import RepeatMixture
+    from biomoe.training.step.lightning_module import BioMoEModule
 
     monkeypatch.setattr(biomoe.genomics.repeat_expert, "MAX_TRAINING_BASES", 1000)
     fasta = write_fasta({"chr": random_dna(3000, 21)})
@@ -280,7 +280,7 @@ def test_repeat_mix_rejects_non_positive_sizes(option, capsys):
 
 def test_callback_refuses_bad_settings():
     from biomoe.model.config import ConfigError
-    from biomoe.training.repeat_mixture import RepeatMixture
+    from biomoe.training.reports.repeat_mixture import RepeatMixture
 
     with pytest.raises(ConfigError, match="switch"):
         RepeatMixture(switch=-0.1)

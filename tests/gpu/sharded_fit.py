@@ -19,8 +19,8 @@ from torch.distributed.tensor import DTensor
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.config import ModelConfig, OptimConfig, RuntimeConfig
 from biomoe.parallel import ExpertParallelStrategy
-from biomoe.training.callbacks import NonFiniteGuard
-from biomoe.training.module import BioMoEModule
+from biomoe.training.guards.health import NonFiniteGuard
+from biomoe.training.step.lightning_module import BioMoEModule
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """CUDA graphs of training steps give the losses eager steps give.
 
 Two kinds: the whole step (forward, backward, clipping, master-weight AdamW and the router's bias
-update) captured once and replayed (:class:`~biomoe.training.step_graph.GraphedStep`), and the
+update) captured once and replayed (:class:`~biomoe.training.step.cuda_graph.GraphedStep`), and the
 product's per-block graphs (``model.runtime.compile_mode: reduce-overhead``) in a Lightning fit.
 """
 
@@ -17,9 +17,9 @@ from biomoe.build import build_model
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.config import ModelConfig, OptimConfig, RuntimeConfig
 from biomoe.model.losses import masked_cross_entropy
-from biomoe.training.module import BioMoEModule
-from biomoe.training.optim import AdamWWithMasterWeights
-from biomoe.training.step_graph import GraphedStep
+from biomoe.training.optimization.master_adamw import AdamWWithMasterWeights
+from biomoe.training.step.cuda_graph import GraphedStep
+from biomoe.training.step.lightning_module import BioMoEModule
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 ROOT = Path(__file__).resolve().parents[2]

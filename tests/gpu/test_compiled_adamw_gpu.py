@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from biomoe.checkpoint.optimizer_state import MOMENT_DTYPES
-from biomoe.training.compiled_adamw import CompiledAdamWWithMasterWeights
+from biomoe.training.optimization.compiled_adamw import CompiledAdamWWithMasterWeights
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -91,7 +91,7 @@ def test_a_bf16_true_fit_with_the_compiled_backend_learns(tmp_path):
     from helpers.pattern_fit import fit_on_a_repeating_pattern
 
     from biomoe.model.config import ModelConfig, OptimConfig
-    from biomoe.training.module import BioMoEModule
+    from biomoe.training.step.lightning_module import BioMoEModule
 
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()

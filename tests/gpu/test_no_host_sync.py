@@ -18,8 +18,8 @@ import torch
 
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.config import ModelConfig, OptimConfig, RuntimeConfig
-from biomoe.training.callbacks import NonFiniteGuard, RouterCollapseMonitor
-from biomoe.training.module import BioMoEModule
+from biomoe.training.guards.health import NonFiniteGuard, RouterCollapseMonitor
+from biomoe.training.step.lightning_module import BioMoEModule
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 ROOT = Path(__file__).resolve().parents[2]

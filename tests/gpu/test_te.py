@@ -395,8 +395,8 @@ def test_repeat_mixture_callback_on_gpu_matches_the_scorer(tmp_path):
 
     from biomoe.model.config import OptimConfig
     from biomoe.data.datamodule import GenomeDataModule
-    from biomoe.training.module import BioMoEModule
-    from biomoe.training.repeat_mixture import RepeatMixture
+    from biomoe.training.reports.repeat_mixture import RepeatMixture
+    from biomoe.training.step.lightning_module import BioMoEModule
     from biomoe.genomics.repeat_mix import score
     from conftest import random_dna
 

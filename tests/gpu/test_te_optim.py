@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from biomoe.backends.te.availability import te_installed
-from biomoe.training.optim import AdamWWithMasterWeights
-from biomoe.training.optimizer_choice import master_weight_adamw
+from biomoe.training.optimization.master_adamw import AdamWWithMasterWeights
+from biomoe.training.optimization.optimizer_choice import master_weight_adamw
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),

@@ -232,7 +232,7 @@ def test_repeat_expert_without_training_fasta_is_a_one_line_error(tiny_checkpoin
 
 def test_a_file_where_the_predictions_folder_goes_is_one_line(tmp_path):
     from biomoe.errors import GenomeInputError
-    from biomoe.training.prediction_writer import _make_folder
+    from biomoe.training.reports.prediction_writer import _make_folder
 
     blocker = tmp_path / "predictions"
     blocker.write_text("not a folder")

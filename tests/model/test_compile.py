@@ -12,7 +12,7 @@ from biomoe import ModelConfig, MoETransformer
 from biomoe.model.backends import LayerBackends
 from biomoe.model.config import RuntimeConfig
 from biomoe.model.compile import apply_compile
-from biomoe.training.module import BioMoEModule
+from biomoe.training.step.lightning_module import BioMoEModule
 
 
 LOOP = LayerBackends(experts="loop")

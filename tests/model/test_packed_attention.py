@@ -190,7 +190,7 @@ def test_packed_rows_are_refused_with_a_kv_cache_and_in_the_wrong_shape():
 
 
 def test_the_training_module_passes_position_ids_to_the_model():
-    from biomoe.training.module import BioMoEModule
+    from biomoe.training.step.lightning_module import BioMoEModule
 
     model = tiny_model()
     module = BioMoEModule(model.config)

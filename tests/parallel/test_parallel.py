@@ -305,7 +305,7 @@ def _fit(epochs: int, ckpt_path: str | None = None, save_to: str | None = None):
     import lightning as L
 
     from biomoe.model.config import OptimConfig
-    from biomoe.training.module import BioMoEModule
+    from biomoe.training.step.lightning_module import BioMoEModule
     from biomoe.parallel import ExpertParallelStrategy
 
     losses: list[float] = []
@@ -363,7 +363,7 @@ def _one_device(rank: int, world: int) -> None:
     import lightning as L
 
     from biomoe.model.config import OptimConfig
-    from biomoe.training.module import BioMoEModule
+    from biomoe.training.step.lightning_module import BioMoEModule
     from biomoe.parallel import ExpertParallelStrategy
 
     module = BioMoEModule(tiny_config(), OptimConfig(lr=1e-2, warmup_steps=1, max_steps=1),
@@ -381,7 +381,7 @@ def _one_device_sharded(rank: int, world: int) -> None:
     import lightning as L
 
     from biomoe.model.config import OptimConfig
-    from biomoe.training.module import BioMoEModule
+    from biomoe.training.step.lightning_module import BioMoEModule
     from biomoe.parallel import ExpertParallelStrategy
 
     losses = {}
@@ -428,12 +428,12 @@ def _metric_callbacks_under_ep(rank: int, world: int, root: str) -> None:
     baseline and the repeat expert (exact matches and following copies)."""
     import lightning as L
 
-    from biomoe.training.markov_baseline import MarkovBaseline
+    from biomoe.training.reports.markov_baseline import MarkovBaseline
     from biomoe.model.config import OptimConfig
     from biomoe.data.datamodule import GenomeDataModule
-    from biomoe.training.module import BioMoEModule
+    from biomoe.training.step.lightning_module import BioMoEModule
     from biomoe.parallel import ExpertParallelStrategy
-    from biomoe.training.repeat_mixture import RepeatMixture
+    from biomoe.training.reports.repeat_mixture import RepeatMixture
     from biomoe.genomics.repeat_mix import markov_log_probs, score
 
     def datamodule() -> GenomeDataModule:

@@ -13,10 +13,10 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-from biomoe.training.markov_baseline import MarkovBaseline  # noqa: E402
+from biomoe.training.reports.markov_baseline import MarkovBaseline  # noqa: E402
 from biomoe.model.config import OptimConfig  # noqa: E402
 from biomoe.data.datamodule import GenomeDataModule  # noqa: E402
-from biomoe.training.module import BioMoEModule  # noqa: E402
+from biomoe.training.step.lightning_module import BioMoEModule  # noqa: E402
 from conftest import ROOT  # noqa: E402
 
 

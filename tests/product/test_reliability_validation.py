@@ -70,7 +70,8 @@ BAD_VALUES = [
     (["--data.val_contigs", "[a, a]"], "data.val_contigs: lists 'a' twice"),
     (["--trainer.callbacks+", "lightning.pytorch.callbacks.EarlyStopping", "--trainer.callbacks.monitor", "val/ce",
       "--trainer.callbacks.patience", "-1"], "trainer.callbacks.EarlyStopping.patience: must be >= 0, got -1"),
-    (["--trainer.callbacks+", "biomoe.training.markov_baseline.MarkovBaseline", "--trainer.callbacks.order", "40"],
+    (["--trainer.callbacks+", "biomoe.training.reports.markov_baseline.MarkovBaseline",
+      "--trainer.callbacks.order", "40"],
      "trainer.callbacks.MarkovBaseline.order: must be in [0, 12], got 40"),
 ]
 
@@ -152,7 +153,7 @@ def _fields(cls) -> set[str]:
 def test_every_option_biomoe_exposes_has_a_rule() -> None:
     """A new option needs a range check (or a reason it needs none) before it reaches users."""
     from biomoe.data.datamodule import GenomeDataModule
-    from biomoe.training.module import BioMoEModule
+    from biomoe.training.step.lightning_module import BioMoEModule
 
     expected = {f"model.config.{name}" for name in _fields(ModelConfig)}
     expected |= {f"model.optim.{name}" for name in _fields(OptimConfig)}
@@ -215,7 +216,7 @@ def test_lightning_misconfiguration_is_one_line(tmp_path: Path, capsys) -> None:
 
 def test_a_real_bug_keeps_its_traceback(tmp_path: Path, monkeypatch) -> None:
     """A bug in a training step is not the user's input: no one-line summary hides it."""
-    from biomoe.training.module import BioMoEModule
+    from biomoe.training.step.lightning_module import BioMoEModule
 
     def broken(self, batch, batch_idx):
         raise AttributeError("'NoneType' object has no attribute 'logits'")
@@ -226,7 +227,7 @@ def test_a_real_bug_keeps_its_traceback(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_a_value_error_from_our_own_code_mid_run_keeps_its_traceback(tmp_path: Path, monkeypatch) -> None:
-    from biomoe.training.module import BioMoEModule
+    from biomoe.training.step.lightning_module import BioMoEModule
 
     def broken(self, batch, batch_idx):
         raise ValueError("shapes (8, 128) and (8, 127) do not match")

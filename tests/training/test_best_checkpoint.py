@@ -11,7 +11,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from biomoe.checkpoint.run_folder import best_recorded
 from biomoe.cli.run.config_checks import validate_config
 from biomoe.errors import ConfigError
-from biomoe.training.best_checkpoint import BestCheckpoint
+from biomoe.training.guards.best_checkpoint import BestCheckpoint
 
 
 class Marker(L.Callback):
@@ -52,7 +52,7 @@ def test_it_keeps_a_model_checkpoints_state_key():
 def test_a_last_checkpoint_without_optimizer_state_is_refused(save_last):
     with pytest.raises(ValueError, match="save_last on a ModelCheckpoint of its own"):
         BestCheckpoint(save_last=save_last)
-    config = {"trainer": {"callbacks": [{"class_path": "biomoe.training.best_checkpoint.BestCheckpoint",
+    config = {"trainer": {"callbacks": [{"class_path": "biomoe.training.guards.best_checkpoint.BestCheckpoint",
                                          "init_args": {"save_last": save_last}}]}}
     with pytest.raises(ConfigError, match="save_last: must be off"):
         validate_config(config)

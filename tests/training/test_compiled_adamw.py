@@ -10,9 +10,9 @@ import copy
 import pytest
 import torch
 
-from biomoe.training.compiled_adamw import CompiledAdamWWithMasterWeights
-from biomoe.training.optim import AdamWWithMasterWeights
-from biomoe.training.optimizer_choice import master_weight_adamw
+from biomoe.training.optimization.compiled_adamw import CompiledAdamWWithMasterWeights
+from biomoe.training.optimization.master_adamw import AdamWWithMasterWeights
+from biomoe.training.optimization.optimizer_choice import master_weight_adamw
 
 
 def _models(seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:

@@ -12,7 +12,7 @@ from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.config import ModelConfig, OptimConfig
 from biomoe.model.documents import DocumentLayout
 from biomoe.data.document_offsets import OFFSETS_KEY, add_host_document_offsets, batch_documents
-from biomoe.training.module import BioMoEModule
+from biomoe.training.step.lightning_module import BioMoEModule
 from conftest import ROOT
 
 

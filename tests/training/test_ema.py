@@ -7,7 +7,7 @@ import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
 
 from biomoe.compat import lightning as lightning_compat
-from biomoe.training.ema import EMAWeightAveraging
+from biomoe.training.optimization.ema import EMAWeightAveraging
 
 
 def test_weight_averaging_device_is_read_and_set_where_lightning_keeps_it():

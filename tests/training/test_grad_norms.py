@@ -11,11 +11,11 @@ import torch
 
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.config import ModelConfig, OptimConfig
-from biomoe.training import grad_norms
-from biomoe.training.callbacks import NonFiniteGuard
-from biomoe.training.grad_norms import clip_grad_norm_shared, drop_grad_scale, forget_step_grad_norms
-from biomoe.training.module import BioMoEModule
-from biomoe.training.optim import AdamWWithMasterWeights
+from biomoe.training.guards.health import NonFiniteGuard
+from biomoe.training.optimization import grad_norms
+from biomoe.training.optimization.grad_norms import clip_grad_norm_shared, drop_grad_scale, forget_step_grad_norms
+from biomoe.training.optimization.master_adamw import AdamWWithMasterWeights
+from biomoe.training.step.lightning_module import BioMoEModule
 from conftest import ROOT
 
 

@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
-from biomoe.training.optim import AdamWWithMasterWeights
-from biomoe.training.optimizer_choice import wants_master_weights
+from biomoe.training.optimization.master_adamw import AdamWWithMasterWeights
+from biomoe.training.optimization.optimizer_choice import wants_master_weights
 
 
 def _pair(seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -97,7 +97,7 @@ def test_bf16_true_fit_uses_master_weights_and_learns(tmp_path):
     from helpers.pattern_fit import fit_on_a_repeating_pattern
 
     from biomoe.model.config import ModelConfig, OptimConfig
-    from biomoe.training.module import BioMoEModule
+    from biomoe.training.step.lightning_module import BioMoEModule
 
     torch.manual_seed(0)  # the initial weights must not depend on which tests ran before
     cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -113,7 +113,7 @@ def test_bf16_true_fit_uses_master_weights_and_learns(tmp_path):
 
 def test_master_weight_adamw_uses_the_reference_on_cpu_and_refuses_what_cpu_cannot_run():
     from biomoe.errors import ConfigError
-    from biomoe.training.optimizer_choice import master_weight_adamw
+    from biomoe.training.optimization.optimizer_choice import master_weight_adamw
 
     params = [torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))]
     kwargs = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, device=torch.device("cpu"), fused=False)
@@ -220,7 +220,7 @@ def test_bf16_true_validation_accumulates_held_out_loss_in_fp32(tmp_path):
 
     from biomoe.model.config import ModelConfig, OptimConfig
     from biomoe.model.losses import masked_cross_entropy_sum
-    from biomoe.training.module import BioMoEModule
+    from biomoe.training.step.lightning_module import BioMoEModule
 
     cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2,
                       num_experts=2, top_k=1, ffn_hidden_size=32)
@@ -245,7 +245,7 @@ def test_bf16_true_validation_accumulates_held_out_loss_in_fp32(tmp_path):
 
 
 def test_bf16_first_moment_keeps_the_second_in_fp32_and_resumes_so():
-    from biomoe.training.optimizer_choice import master_weight_adamw
+    from biomoe.training.optimization.optimizer_choice import master_weight_adamw
 
     _, model = _pair()
     opt = master_weight_adamw([{"params": list(model.parameters())}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8,

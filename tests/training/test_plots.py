@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from biomoe.training.plots import plot_validation_comparison  # noqa: E402
+from biomoe.training.reports.plots import plot_validation_comparison  # noqa: E402
 
 
 def write_metrics(path, values):

@@ -11,11 +11,11 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from biomoe.training.callbacks import NonFiniteError, NonFiniteGuard, RouterCollapseMonitor
+from biomoe.training.guards.health import NonFiniteError, NonFiniteGuard, RouterCollapseMonitor
 from biomoe.cli.lightning_cli import install_atomic_checkpoint_io
 from biomoe.model.config import ModelConfig, OptimConfig
 from biomoe.data.datamodule import GenomeDataModule
-from biomoe.training.module import BioMoEModule
+from biomoe.training.step.lightning_module import BioMoEModule
 from helpers.recorder import PoisonForward
 from conftest import ROOT
 

@@ -184,7 +184,7 @@ def test_ctrl_c_during_validation_saves_the_steps_so_far_and_resumes_bit_exactly
     """A Ctrl-C while the validation after step 7 runs (the EMA's average in the module) writes
     last.ckpt of step 7 and names the command that resumes it; that run then trains as if never
     stopped."""
-    ema = ["--trainer.callbacks+", "biomoe.training.ema.EMAWeightAveraging"]
+    ema = ["--trainer.callbacks+", "biomoe.training.optimization.ema.EMAWeightAveraging"]
     full = _fit(tmp_path, "full", *ema)
     record = tmp_path / "stopped.jsonl"
     cfg = tmp_path / "stopped.yaml"

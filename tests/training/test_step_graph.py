@@ -10,7 +10,7 @@ import torch
 
 from bench.run import BenchContext, Row, measure
 from bench.shapes import parse_case
-from biomoe.training.step_graph import GraphedStep, set_learning_rates
+from biomoe.training.step.cuda_graph import GraphedStep, set_learning_rates
 
 CPU = torch.device("cpu")
 

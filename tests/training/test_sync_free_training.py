@@ -21,9 +21,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.config import ModelConfig, OptimConfig
-from biomoe.training.callbacks import NonFiniteError, NonFiniteGuard, RouterCollapseMonitor, nonfinite_per_tensor
+from biomoe.training.guards.health import NonFiniteError, NonFiniteGuard, RouterCollapseMonitor, nonfinite_per_tensor
 from biomoe.cli.lightning_cli import install_atomic_checkpoint_io
-from biomoe.training.module import BioMoEModule
+from biomoe.training.step.lightning_module import BioMoEModule
 from helpers.recorder import PoisonForward
 from conftest import ROOT
 

@@ -13,8 +13,8 @@ from lightning.pytorch.loggers import CSVLogger
 
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.model.config import ModelConfig, OptimConfig
-from biomoe.training.module import BioMoEModule
-from biomoe.training.training_clock import CHECKPOINT_KEY, TrainingClock
+from biomoe.training.step.lightning_module import BioMoEModule
+from biomoe.training.step.training_clock import CHECKPOINT_KEY, TrainingClock
 from conftest import ROOT
 
 PAUSE = 1.5  # seconds each validation batch sleeps: far longer than the tiny model's training steps

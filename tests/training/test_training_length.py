@@ -15,8 +15,8 @@ from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.inference.load import load_model
 from biomoe.inference.scoring import sequence_log_likelihood
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig
-from biomoe.training.module import BioMoEModule
-from biomoe.training.training_length import TrainingLength, steps_for_passes
+from biomoe.training.guards.training_length import TrainingLength, steps_for_passes
+from biomoe.training.step.lightning_module import BioMoEModule
 from conftest import random_dna
 
 TINY = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
@@ -147,7 +147,7 @@ def test_early_stopping_ends_a_run_whose_validation_turns_up(write_fasta, cache_
 def test_init_weights_starts_a_fresh_run_from_another_runs_weights(write_fasta, cache_dir, tmp_path) -> None:
     """Fine-tuning: the pretrained weights, but step 0, a new optimizer and the new data's length."""
     from biomoe.errors import GenomeInputError
-    from biomoe.training.init_weights import InitWeights
+    from biomoe.training.optimization.init_weights import InitWeights
 
     first = datamodule(write_fasta({"c": random_dna(8_000, 1)}, name="first.fa"), cache_dir)
     latest = ModelCheckpoint(dirpath=tmp_path / "pre" / "checkpoints", filename="last", save_top_k=1)

@@ -1,6 +1,6 @@
 """Transformer Engine's ``FusedAdam`` as the master-weight AdamW on a CUDA device.
 
-``biomoe.training.optim.AdamWWithMasterWeights`` (the CPU reference) casts each bf16 gradient to
+``biomoe.training.optimization.master_adamw.AdamWWithMasterWeights`` (the CPU reference) casts each bf16 gradient to
 fp32, runs torch's fused AdamW on the fp32 masters and copies them back: about 40 bytes of memory
 traffic per parameter per step. TE's multi-tensor kernel reads the bf16 gradient and writes the fp32
 master, both moments and the bf16 weight in one pass (28 bytes; 20 with bf16 moments), which is what

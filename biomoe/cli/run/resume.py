@@ -8,7 +8,7 @@ silently continue. A Lightning checkpoint already records what makes a run that 
 * the data sources: ``datamodule_hyper_parameters`` (``fasta``, ``val_files``, ``test_files``);
 * the model: ``hyper_parameters["config"]`` (every ``model.config`` key);
 * the precision: ``hyper_parameters["runtime"]["precision"]`` (``model.runtime.precision``) and
-  ``trainer.precision`` in :class:`~biomoe.training.history.RunRecord`'s callback state.
+  ``trainer.precision`` in :class:`~biomoe.training.reports.history.RunRecord`'s callback state.
 
 :func:`differences` compares the two and names each key that differs, with both values;
 :func:`resume_from_last` resumes only a checkpoint without differences. A checkpoint named
@@ -30,7 +30,7 @@ from biomoe.cli.run.config_values import comparable, get, mapping
 from biomoe.cli.run.folders import checkpoint_folders
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ModelConfig
-from biomoe.training.history import recorded_precision
+from biomoe.training.reports.history import recorded_precision
 
 __all__ = ["check_resume_model", "checkpoint_identity", "differences", "resume_from_last", "run_identity"]
 

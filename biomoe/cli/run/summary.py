@@ -1,7 +1,7 @@
 """The end-of-``fit`` summary: where the checkpoints went and their size, the training-curve plot,
 and held-out bits/base next to the Markov baseline.
 
-It reads the numbers from :class:`~biomoe.training.history.MetricsHistory` (what every logger was
+It reads the numbers from :class:`~biomoe.training.reports.history.MetricsHistory` (what every logger was
 sent), not from one logger's files, so it looks the same with CSV, TensorBoard or any other logger.
 """
 
@@ -13,10 +13,10 @@ from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from biomoe.training.best_checkpoint import BestCheckpoint
-from biomoe.training.history import MetricsHistory, RunRecord, find_history
-from biomoe.training.markov_baseline import MarkovBaseline
-from biomoe.training.plots import plot_training_curves
+from biomoe.training.guards.best_checkpoint import BestCheckpoint
+from biomoe.training.reports.history import MetricsHistory, RunRecord, find_history
+from biomoe.training.reports.markov_baseline import MarkovBaseline
+from biomoe.training.reports.plots import plot_training_curves
 
 __all__ = ["fit_summary", "format_size", "size_on_disk"]
 
@@ -41,7 +41,7 @@ def format_size(size: int) -> str:
 def _checkpoint_lines(trainer: Any) -> list[str]:
     """One line per checkpoint with its size. ``last.ckpt`` is full (weights, the EMA average,
     optimizer and loop state), which a resume needs; a recipe's best checkpoint
-    (:class:`~biomoe.training.best_checkpoint.BestCheckpoint`) keeps all but the optimizer state, so
+    (:class:`~biomoe.training.guards.best_checkpoint.BestCheckpoint`) keeps all but the optimizer state, so
     it still holds the averaged weights validation scored. A 100M-parameter run still writes
     gigabytes, and the summary says how many."""
     lines: list[str] = []

@@ -18,7 +18,7 @@ from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar
 from biomoe.cli.run.config_values import class_name, entries, get
 from biomoe.compat.lightning import attached_trainer
 from biomoe.errors import ConfigError
-from biomoe.training.genome_metrics import PerGenomeMetrics
+from biomoe.training.reports.genome_metrics import PerGenomeMetrics
 
 __all__ = ["ParameterSummary", "StepProgressBar", "available_accelerators", "check_accelerator",
            "check_logger_packages", "choose_cpu_precision", "install_model_summary", "install_per_genome_metrics",
@@ -198,7 +198,7 @@ def install_progress_bar(trainer: Any, configured: Iterable[Any]) -> None:
 
 
 def install_per_genome_metrics(trainer: Any) -> None:
-    """Per-genome held-out bits/base (:class:`~biomoe.training.genome_metrics.PerGenomeMetrics`)
+    """Per-genome held-out bits/base (:class:`~biomoe.training.reports.genome_metrics.PerGenomeMetrics`)
     unless the config has the callback already; it logs nothing for one genome."""
     if not any(isinstance(cb, PerGenomeMetrics) for cb in trainer.callbacks):
         trainer.callbacks.append(PerGenomeMetrics())

@@ -11,7 +11,7 @@ moments, the bias corrections, weight decay, the step, the rounding to bf16 and,
 ``master_storage: remainder``, the split of the master into weight and remainder into one kernel
 per parameter; in a whole ``cli.py fit`` step remainders then cost nothing measurable.
 
-The state is :class:`~biomoe.training.optim.AdamWWithMasterWeights`' (same keys, dtypes and
+The state is :class:`~biomoe.training.optimization.master_adamw.AdamWWithMasterWeights`' (same keys, dtypes and
 checkpoints), and on a CPU the same update runs eagerly, so a run moves between the backends and
 the CPU tests check the very function the GPU compiles. The learning rate, the step count, the
 clip coefficient (``grad_scale``) and the skip flag (``found_inf``) are device tensors, so the
@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from biomoe.checkpoint.optimizer_state import join_bits, local_shard, split_bits
-from biomoe.training.optim import AdamWWithMasterWeights
+from biomoe.training.optimization.master_adamw import AdamWWithMasterWeights
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def master_adamw_update_(weights: Sequence[Tensor], grads: Sequence[Tensor], mas
 
 
 class CompiledAdamWWithMasterWeights(AdamWWithMasterWeights):
-    """:class:`~biomoe.training.optim.AdamWWithMasterWeights` whose update is
+    """:class:`~biomoe.training.optimization.master_adamw.AdamWWithMasterWeights` whose update is
     :func:`master_adamw_update_`, compiled by ``torch.compile`` on a CUDA device (eager elsewhere).
 
     Compilation happens at the first step, once per parameter group (tens of seconds for a large

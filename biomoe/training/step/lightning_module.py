@@ -21,12 +21,12 @@ from biomoe.model.config import ConfigError, ModelConfig, OptimConfig, RuntimeCo
 from biomoe.model.documents import DocumentLayout
 from biomoe.model.losses import LN2, masked_cross_entropy_sum, per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
-from biomoe.training.genome_metrics import genome_step_outputs
-from biomoe.training.grad_norms import clip_grad_norm_shared, drop_grad_scale, forget_step_grad_norms
-from biomoe.training.held_out_metric import Fp32MeanMetric
-from biomoe.training.optimizer_choice import master_weight_adamw, wants_master_weights
-from biomoe.training.resume import CHECKPOINT_KEY, collect_resume_state, restore_resume_state
-from biomoe.training.training_clock import TrainingClock
+from biomoe.training.optimization.grad_norms import clip_grad_norm_shared, drop_grad_scale, forget_step_grad_norms
+from biomoe.training.optimization.optimizer_choice import master_weight_adamw, wants_master_weights
+from biomoe.training.reports.genome_metrics import genome_step_outputs
+from biomoe.training.step.held_out_metric import Fp32MeanMetric
+from biomoe.training.step.resume_state import CHECKPOINT_KEY, collect_resume_state, restore_resume_state
+from biomoe.training.step.training_clock import TrainingClock
 
 
 class BioMoEModule(L.LightningModule):
@@ -84,7 +84,7 @@ class BioMoEModule(L.LightningModule):
 
     def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
-        """Clip from the norms this step already computed (:mod:`biomoe.training.grad_norms`).
+        """Clip from the norms this step already computed (:mod:`biomoe.training.optimization.grad_norms`).
 
         A strategy whose gradients live on several device meshes clips them itself (torch's
         ``clip_grad_norm_``, used by Lightning, cannot combine such DTensors). Without a GradScaler

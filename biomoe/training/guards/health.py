@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from biomoe.compat.torch import step_supports_amp_scaling
-from biomoe.training.grad_norms import per_tensor_norms, step_grad_norms
+from biomoe.training.optimization.grad_norms import per_tensor_norms, step_grad_norms
 
 __all__ = ["NonFiniteError", "NonFiniteGuard", "RouterCollapseMonitor"]
 
@@ -215,7 +215,7 @@ class _StepFlags:
 def nonfinite_per_tensor(tensors: list[Tensor]) -> Tensor | None:
     """Bool vector (on the first tensor's device): True where a tensor holds NaN or inf (or a norm
     beyond fp32, which clipping could not scale either); see
-    :func:`~biomoe.training.grad_norms.per_tensor_norms`. No host synchronisation."""
+    :func:`~biomoe.training.optimization.grad_norms.per_tensor_norms`. No host synchronisation."""
     norms = per_tensor_norms(tensors)
     return None if norms is None else ~torch.isfinite(norms)
 

@@ -29,7 +29,7 @@ def plot_training_curves(source: str | Path | Mapping[str, list[tuple[int, float
 
     ``source`` is a ``metrics.csv`` (the PNG goes beside it unless ``out_path`` says otherwise) or
     the series themselves (``{metric: [(step, value), ...]}``, as
-    :class:`~biomoe.training.history.MetricsHistory` keeps them whatever the logger; ``out_path``
+    :class:`~biomoe.training.reports.history.MetricsHistory` keeps them whatever the logger; ``out_path``
     is then required)."""
     try:
         import matplotlib  # optional dependency

@@ -13,7 +13,7 @@ Capture asks three things of the step:
   gradients live in the graph's memory pool (allocated by the captured backward, overwritten by
   every replay);
 * an optimizer whose update is captured with it: torch's AdamW with ``capturable=True`` (its step
-  counts on the device) or the fused :class:`~biomoe.training.optim.AdamWWithMasterWeights`. A
+  counts on the device) or the fused :class:`~biomoe.training.optimization.master_adamw.AdamWWithMasterWeights`. A
   learning rate that changes during training must be a device tensor updated in place
   (:func:`set_learning_rates`), since a Python float is baked into the graph.
 

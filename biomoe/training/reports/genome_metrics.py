@@ -21,7 +21,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from biomoe.model.losses import LN2, masked_cross_entropy_rows
-from biomoe.training.markov_baseline import EvaluationPassCallback
+from biomoe.training.reports.markov_baseline import EvaluationPassCallback
 
 __all__ = ["PerGenomeMetrics", "genome_step_outputs"]
 
@@ -44,7 +44,7 @@ class PerGenomeMetrics(EvaluationPassCallback):
     """Logs ``val/<genome>/bits_per_base`` and ``test/<genome>/bits_per_base``.
 
     Needs evaluation steps that return :func:`genome_step_outputs` (per window, or per token for
-    packed rows), as :class:`~biomoe.training.module.BioMoEModule` does for batches with a
+    packed rows), as :class:`~biomoe.training.step.lightning_module.BioMoEModule` does for batches with a
     ``genome`` entry. Does nothing for data with one file.
     """
 

@@ -1,6 +1,6 @@
 """Lightning hook that logs the network mixed with the repeat expert next to its own bits/base.
 
-Why a callback: like :class:`~biomoe.training.markov_baseline.MarkovBaseline` it must see exactly the evaluation
+Why a callback: like :class:`~biomoe.training.reports.markov_baseline.MarkovBaseline` it must see exactly the evaluation
 batches (windows, ``loss_mask``, shards) and, here, the weights being evaluated (the EMA average
 when ``EMAWeightAveraging`` has swapped it in). It runs one extra forward per evaluation batch under
 the trainer's precision and the model's TE autocast, and mixes it with the repeat expert fitted on
@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from biomoe.training.markov_baseline import EvaluationPassCallback
+from biomoe.training.reports.markov_baseline import EvaluationPassCallback
 from biomoe.model.losses import LN2
 from biomoe.genomics.repeat_expert import RepeatTable, check_settings, fit_on_training_split
 from biomoe.genomics.repeat_mix import score_rows

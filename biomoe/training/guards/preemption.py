@@ -34,8 +34,8 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from biomoe.training.ema import EMAWeightAveraging
-from biomoe.training.stop_report import resume_command, set_line
+from biomoe.training.guards.stop_report import resume_command, set_line
+from biomoe.training.optimization.ema import EMAWeightAveraging
 
 __all__ = ["SaveOnSigterm", "SIGTERM_EXIT_CODE", "is_sigterm_exit"]
 

@@ -2,7 +2,7 @@
 
 Lightning handles Ctrl-C inside ``Trainer.fit`` (callbacks see it, then it exits), while the CLI's
 ``main`` prints the closing line. The callback that knows what was saved
-(:class:`~biomoe.training.preemption.SaveOnSigterm`) leaves its line here and ``main`` takes it;
+(:class:`~biomoe.training.guards.preemption.SaveOnSigterm`) leaves its line here and ``main`` takes it;
 this module imports nothing heavy, so ``main`` can ask it without importing Lightning.
 """
 

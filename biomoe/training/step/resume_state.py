@@ -5,7 +5,7 @@ but not (a) the routers' running load statistics, which are non-persistent buffe
 window statistics, not model state, and must not end up in exported weights) yet drive the next
 expert-bias update, and (b) the global random number generators. Without them a run resumed at
 step N takes a different bias step — and draws different random numbers — than the run that was
-never interrupted. :class:`~biomoe.training.module.BioMoEModule` stores both under one checkpoint key.
+never interrupted. :class:`~biomoe.training.step.lightning_module.BioMoEModule` stores both under one checkpoint key.
 """
 
 from __future__ import annotations

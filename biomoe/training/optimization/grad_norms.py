@@ -1,6 +1,6 @@
 """The gradients' norms of one optimizer step, computed once and read by everyone who needs them.
 
-Two things look at every gradient before each update: :class:`~biomoe.training.callbacks.NonFiniteGuard`
+Two things look at every gradient before each update: :class:`~biomoe.training.guards.health.NonFiniteGuard`
 (is any gradient NaN or inf?) and gradient clipping (how large is the total norm?). Both are a
 2-norm per gradient: a NaN or inf makes a tensor's norm non-finite, and the total norm is the root
 of the sum of their squares. On a host-bound step each pass over the gradients is a few hundred
