@@ -8,7 +8,7 @@ Four subpackages, each with one job, layered so that each imports only those bel
   health (non-finite values, router collapse), and decide what it leaves on disk (the best
   checkpoint, a resumable one when it is stopped);
 * :mod:`~biomoe.training.optimization`: how the weights move: where they start, the AdamW variants,
-  gradient norms and clipping, and their moving average;
+  gradient norms and clipping, the learning-rate schedule, and their moving average;
 * :mod:`~biomoe.training.reports`: callbacks and files that measure and report a run: baselines
   beside the network's bits/base, per-genome metrics, the logged history, plots and predictions.
 

@@ -16,7 +16,7 @@ import time
 
 import lightning as L
 
-from biomoe.training.step.lightning_module import warmup_cosine
+from biomoe.training.optimization.lr_schedule import warmup_cosine
 
 __all__ = ["TimeBudget"]
 

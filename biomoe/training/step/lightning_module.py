@@ -22,6 +22,7 @@ from biomoe.model.documents import DocumentLayout
 from biomoe.model.losses import LN2, masked_cross_entropy_sum, per_position_log_likelihood
 from biomoe.model.transformer import MoETransformer
 from biomoe.training.optimization.grad_norms import clip_grad_norm_shared, drop_grad_scale, forget_step_grad_norms
+from biomoe.training.optimization.lr_schedule import warmup_cosine
 from biomoe.training.optimization.optimizer_choice import master_weight_adamw, wants_master_weights
 from biomoe.training.reports.genome_metrics import genome_step_outputs
 from biomoe.training.step.held_out_metric import Fp32MeanMetric
@@ -310,14 +311,3 @@ class BioMoEModule(L.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-
-def warmup_cosine(warmup_steps: int, total_steps: int, min_ratio: float):
-    """LR multiplier: linear warm-up to 1, then cosine decay to ``min_ratio`` at ``total_steps``."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / max(warmup_steps, 1)
-        progress = min((step - warmup_steps) / max(total_steps - warmup_steps, 1), 1.0)
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return factor
