@@ -6,7 +6,8 @@ Four rules, each a test:
   own node) never imports, directly or through others, a package that imports it back: a cycle
   means neither side can be understood, tested or replaced without the other;
 * **layers**: a package imports only packages of its own layer or below (:data:`LAYERS`), so the
-  model never learns which kernels, strategies or commands use it;
+  model never learns which kernels, strategies or commands use it; the subpackages of
+  ``biomoe.training`` keep the same two rules among themselves (:data:`TRAINING_LAYERS`);
 * **private internals only in compat**: a private name (``_x``, not a dunder) of torch, Lightning,
   Transformer Engine, transformers or jsonargparse is used only in ``biomoe/compat/``, where each
   use is listed with the versions it was tested with. A subclass may override a private method
@@ -52,6 +53,13 @@ LAYERS: list[tuple[str, ...]] = [
      "precisions", "checks", "resources"),
 ]
 """Top to bottom: a node may import its own layer and the layers below it, never one above."""
+
+TRAINING_LAYERS: list[tuple[str, ...]] = [
+    ("training.step", "training.guards"),
+    ("training.optimization", "training.reports"),
+]
+"""``biomoe.training``'s subpackages, top to bottom: the LightningModule and the callbacks that guard
+a run use the optimizers and the reports, which know nothing of either."""
 
 LIBRARIES: dict[str, str] = {
     "torch": "torch", "lightning": "lightning", "lightning_fabric": "lightning",
@@ -170,6 +178,33 @@ def import_edges(sources: Mapping[str, str]) -> list[Edge]:
     return edges
 
 
+def subpackage_edges(sources: Mapping[str, str], package: str) -> list[Edge]:
+    """Edges between the subpackages of ``package`` (``biomoe.training.step`` ->
+    ``biomoe.training.optimization``), one per import statement; a module directly in ``package``
+    is no node."""
+    known = {module_name(p) for p in sources}
+    depth = len(package.split(".")) + 1
+    subpackages = {module_name(p) for p in sources if p.endswith("/__init__.py")
+                   and module_name(p).startswith(package + ".") and len(module_name(p).split(".")) == depth}
+
+    def node(module: str) -> str | None:
+        candidate = ".".join(module.split(".")[:depth])
+        return candidate if candidate in subpackages else None
+
+    edges = []
+    for path, text in sources.items():
+        module = module_name(path)
+        source = node(module)
+        if source is None:
+            continue
+        tree = ast.parse(text, filename=path)
+        for target_module, line in imported_modules(tree, module, path.endswith("__init__.py"), known):
+            target = node(target_module)
+            if target is not None and target != source:
+                edges.append(Edge(source, target, f"{path}:{line}"))
+    return edges
+
+
 def strongly_connected(edges: Iterable[Edge]) -> list[set[str]]:
     """Tarjan's components with more than one node: exactly the nodes that lie on a cycle."""
     graph: dict[str, set[str]] = defaultdict(set)
@@ -231,12 +266,13 @@ def layer_of(node: str, layers: list[tuple[str, ...]]) -> int | None:
     return next((i for i, names in enumerate(layers) if short in names), None)
 
 
-def layer_report(edges: list[Edge], layers: list[tuple[str, ...]] = LAYERS) -> list[str]:
-    """Every import from a lower layer to a higher one, and every node :data:`LAYERS` misses."""
+def layer_report(edges: list[Edge], layers: list[tuple[str, ...]] = LAYERS, name: str = "LAYERS") -> list[str]:
+    """Every import from a lower layer to a higher one, and every node ``layers`` (called ``name``)
+    misses."""
     problems = []
     for node in sorted({n for e in edges for n in (e.source, e.target)} - {PACKAGE}):
         if layer_of(node, layers) is None:
-            problems.append(f"{node} is in no layer of LAYERS")
+            problems.append(f"{node} is in no layer of {name}")
     for e in edges:
         if e.source == PACKAGE or e.target == PACKAGE:
             if e.target == PACKAGE:  # ``from biomoe import X``: the façade imports the model
@@ -649,6 +685,16 @@ def test_packages_import_only_their_layer_and_below(edges):
     assert not problems, "imports against the layer order (LAYERS, top to bottom):\n" + "\n".join(problems)
 
 
+def test_training_subpackages_import_only_their_layer_and_below(sources):
+    edges = subpackage_edges(sources, f"{PACKAGE}.training")
+    assert edges, "no import between biomoe.training's subpackages found: is the reader wrong?"
+    cycles = cycle_report(edges)
+    assert not cycles, "import cycles between biomoe.training's subpackages:\n" + "\n".join(cycles)
+    problems = layer_report(edges, TRAINING_LAYERS, "TRAINING_LAYERS")
+    assert not problems, ("imports against the layer order of biomoe.training (TRAINING_LAYERS, top to "
+                          "bottom):\n" + "\n".join(problems))
+
+
 def test_private_library_internals_only_in_compat(sources, package):
     found = private_uses(sources, package)
     assert not found, ("private names of torch/lightning/transformer_engine/transformers/jsonargparse outside "
@@ -693,6 +739,18 @@ def test_a_function_local_import_upwards_breaks_the_layers():
             "biomoe/training/t.py": "import biomoe.model.m\n"}
     problems = layer_report(import_edges(fake))
     assert problems == ["biomoe/model/m.py:2: biomoe.model (layer 9) imports biomoe.training (layer 2, above it)"]
+
+
+def test_a_training_subpackage_importing_upwards_is_reported():
+    fake = {"biomoe/training/__init__.py": "", "biomoe/training/old_paths.py": "",
+            "biomoe/training/step/__init__.py": "",
+            "biomoe/training/step/m.py": "from biomoe.training import old_paths\n",  # not a subpackage: no edge
+            "biomoe/training/reports/__init__.py": "",
+            "biomoe/training/reports/r.py": "def f():\n    from biomoe.training.step import m\n"}
+    edges = subpackage_edges(fake, "biomoe.training")
+    assert layer_report(edges, TRAINING_LAYERS, "TRAINING_LAYERS") == [
+        "biomoe/training/reports/r.py:2: biomoe.training.reports (layer 1) imports biomoe.training.step "
+        "(layer 0, above it)"]
 
 
 def test_a_package_missing_from_the_layers_is_reported():
