@@ -189,3 +189,25 @@ def _tiny():
     cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
                       ffn_hidden_size=32)
     return MoETransformer(cfg), cfg
+
+
+def test_several_genomes_prepared_together_match_each_alone(tiny_checkpoint, tmp_path, capsys):
+    """Genomes are prepared on host threads while the model loads: each genome's rows, in the order
+    the files were given, are those of the genome run alone."""
+    second = tmp_path / "shifted.fa"
+    sequence = _lambda_sequence()
+    second.write_text(">shifted\n" + sequence[20000:] + sequence[:20000] + "\n")  # the same genes, other coordinates
+
+    def rows(*fastas: str, out: str) -> list[list[str]]:
+        assert cli_main(["mutations", str(tiny_checkpoint), *fastas, "--out", str(tmp_path / out), "--codons", "20",
+                         "--window", "64", "--device", "cpu", "--no-progress"]) == 0
+        return [line.split("\t") for line in (tmp_path / out / "mutations.tsv").read_text().splitlines()[1:]]
+
+    together = rows(str(second), str(LAMBDA), out="both")
+    alone = rows(str(second), out="second") + rows(str(LAMBDA), out="lambda")
+    capsys.readouterr()
+    assert [row[0] for row in together][:1] == ["shifted"] and len(together) == 2 * 20 * 9
+    assert [r[:-2] for r in together] == [r[:-2] for r in alone]
+    for a, b in zip(together, alone):
+        assert float(a[-1]) == pytest.approx(float(b[-1]), abs=1e-9)  # Markov LLR, host-side
+        assert float(a[-2]) == pytest.approx(float(b[-2]), abs=1e-4)  # the model's, batched with other windows
