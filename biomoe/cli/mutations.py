@@ -41,8 +41,9 @@ CPU_WINDOW = 256
 each SNV was scored as two whole windows (4/3 of a window each, the reference shared by a base's three
 alternatives) that was 3.3 SNVs/s at 1,024-base windows and 15 SNVs/s at 256, so 100 codons (900
 SNVs) took about a minute (45 s with 16 threads, 95 s with 4). A codon's nine SNVs now share one
-reference window and each continues it from the codon on (about 0.6 of a window per SNV), so the
-same work takes about half as long. A window of 256 still gives every variant 128 bases on each side."""
+reference window and each continues it from the codon on (about 0.6 of a window per SNV): the
+default run on the lambda genome took 68 s with 2 threads, against 146 s before. A window of 256 still
+gives every variant 128 bases on each side."""
 FIRST_SNVS = 64
 """SNVs scored before the others on a CPU, to time them and say how long the whole run takes."""
 AUROC_LEGEND = ("AUROC: the chance that a damaging SNV (stop-gain, missense) gets a lower log-likelihood ratio "
