@@ -76,7 +76,9 @@ def _chunks(items: Sequence[Substitution], budget: int, max_rows: int | None, pi
     for width, sites in groups.items():
         refs: list[list[Substitution]] = []
         cost = rows = 0
-        for site in sites.values():
+        # by earliest change: a chunk's alt rows all run from its earliest one, so one variant near a
+        # contig's end (its window not centred on it) must not make a chunk of centred ones run whole
+        for site in sorted(sites.values(), key=lambda site: min(item.offset for item in site)):
             more = width + sum(width - item.offset for item in site)
             if refs and (cost + more > budget or (max_rows is not None and rows + len(site) + 1 > max_rows)):
                 yield _chunk(width, refs, pin)

@@ -83,3 +83,18 @@ def test_recipes_that_want_whole_tiles_and_compiled_blocks_keep_whole_windows(mo
         assert continues_from_prefix(other) is continued
     compiled = InferenceModel(model.module, model.device, model.dtype, "bf16", compiled=True)
     assert not continues_from_prefix(compiled)
+
+
+def test_windows_off_centre_share_chunks_so_centred_ones_keep_their_short_alt_rows() -> None:
+    """A chunk's alt rows all run from its earliest change: the few variants whose windows are not
+    centred on them (near a contig's end) are gathered into as few chunks as possible."""
+    rng = np.random.default_rng(1)
+    width, items = 64, []
+    for key in range(44):
+        ref = "".join(rng.choice(list("ACGT"), width))
+        offset = 2 if key % 11 == 5 else width // 2  # four off-centre variants among forty centred
+        alt = ref[:offset] + "ACGT"[("ACGT".index(ref[offset]) + 1) % 4] + ref[offset + 1:]
+        items.append(Substitution(key, TOKENS.encode(ref), TOKENS.encode(alt), offset))
+    chunks = list(shared_prefix._chunks(items, budget=6 * (width + width // 2), max_rows=None, pin=False))
+    assert sorted(key for chunk in chunks for key in chunk.alt_keys) == list(range(44))
+    assert sum(chunk.prefix < width // 2 for chunk in chunks) == 1
