@@ -61,6 +61,13 @@ def read_run(run_dir: Path) -> dict:
 
 def speed(args: argparse.Namespace) -> int:
     out, runs = Path(args.out), Path(args.runs)
+    if args.merge:
+        results, args.machine, commands = merged_results([Path(p) for p in args.merge])
+        args.command = args.command or "\n".join(commands)  # the benches that measured the rows
+        print(_write(args, out, results))
+        return 0
+    if not args.data:
+        raise SystemExit("biomoe: error: --data: the store to train on is required (or --merge)")
     contenders = [(size, variant, kernels) for size in args.sizes.split(",") for kernels in args.kernels.split(",")
                   for variant in args.variants.split(",")]
     results: dict[str, dict] = {}
@@ -92,6 +99,27 @@ def speed(args: argparse.Namespace) -> int:
             text = _write(args, out, results)  # after every run: a stopped bench keeps what it measured
     print(text)
     return 0
+
+
+def merged_results(paths: list[Path]) -> tuple[dict[str, dict], str, list[str]]:
+    """The runs of several ``speed.json`` files (benches that each ran part of the rows on one machine
+    kind) as one result set; refuses files from different GPUs, whose rates do not compare."""
+    results: dict[str, dict] = {}
+    machines, commands = set(), []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+            machines.add(data["machine"])
+            commands.append(data["command"])
+            for row in data["contenders"]:
+                entry = results.setdefault(row["name"], {k: row[k] for k in ("size", "variant", "kernels", "command")}
+                                           | {"runs": []})
+                entry["runs"] += row["runs"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise SystemExit(f"biomoe: error: {path}: not a speed.json ({error})") from None
+    if len(machines) > 1:
+        raise SystemExit(f"biomoe: error: --merge: the files come from different GPUs ({', '.join(sorted(machines))})")
+    return results, machines.pop() if machines else "", commands
 
 
 def _write(args: argparse.Namespace, out: Path, results: dict[str, dict]) -> str:
@@ -156,7 +184,7 @@ def _gpu_name() -> str:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("speed", help="tokens/s of every size x variant, each alone, interleaved rounds")
-    s.add_argument("--data", required=True, help="the prepared store (or FASTA folder) to train on")
+    s.add_argument("--data", default="", help="the prepared store (or FASTA folder) to train on")
     s.add_argument("--sizes", default="base")
     s.add_argument("--variants", default="dense,moe,fine,fine64")
     s.add_argument("--kernels", default="default", help="default (TE layers where installed) and/or torch")
@@ -167,4 +195,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--machine", default="")
     s.add_argument("--command", default="")
+    s.add_argument("--merge", nargs="+", default=[], metavar="SPEED_JSON",
+                   help="write one table from the runs of earlier speed.json files instead of running")
     s.add_argument("extra", nargs="*", help="more cli.py fit options for every contender (after --)")

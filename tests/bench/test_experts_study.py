@@ -310,3 +310,30 @@ def test_report_puts_a_later_study_beside_an_earlier_one(tmp_path: Path) -> None
     assert [c["name"] for c in merged["contenders"]] == ["base-dense", "base-fine", "base-moe"]
     assert merged["contenders"][2]["curve"]["held-out strains"][-1] == [200, 1.7]  # the later run
     assert merged["command"] == "study one\nstudy two" and merged["machine"] == "a GPU"
+
+
+def test_speed_merge_joins_the_runs_of_several_benches_and_refuses_mixed_gpus(tmp_path: Path) -> None:
+    import json
+
+    from bench.expert_speed import merged_results
+
+    def bench_file(name: str, machine: str, rows: list[tuple[str, str, list[float]]]) -> Path:
+        contenders = [{"name": f"base-{variant}-{kernels}", "size": "base", "variant": variant, "kernels": kernels,
+                       "command": "fit", "runs": [{"tokens_per_s": r} for r in rates]}
+                      for variant, kernels, rates in rows]
+        path = tmp_path / name
+        path.write_text(json.dumps({"command": f"bench {name}", "machine": machine, "contenders": contenders}))
+        return path
+
+    first = bench_file("a.json", "H100", [("dense", "torch", [700.0, 710.0]), ("moe", "torch", [500.0])])
+    second = bench_file("b.json", "H100", [("moe", "torch", [520.0, 530.0]), ("fine", "torch", [400.0])])
+    results, machine, commands = merged_results([first, second])
+    assert machine == "H100" and commands == ["bench a.json", "bench b.json"]
+    assert [r["tokens_per_s"] for r in results["base-moe-torch"]["runs"]] == [500.0, 520.0, 530.0]
+    assert set(results) == {"base-dense-torch", "base-moe-torch", "base-fine-torch"}
+    other = bench_file("c.json", "H200", [("dense", "torch", [900.0])])
+    with pytest.raises(SystemExit, match="different GPUs"):
+        merged_results([first, other])
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(SystemExit, match="bad.json: not a speed.json"):
+        merged_results([tmp_path / "bad.json"])
