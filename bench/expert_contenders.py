@@ -17,6 +17,10 @@ SIZES: dict[str, dict[str, int]] = {
 }
 
 
+VARIANTS = ["dense", "moe", "top1", "fine", "fine64", "auxfree", "shared"]
+"""The variants of :func:`variant_settings`, in the order tables list them."""
+
+
 def variant_settings(variant: str, ffn: int) -> dict[str, object]:
     """``model.config`` overrides of a variant, at equal active parameters per token (2 x ffn)."""
     table: dict[str, dict[str, object]] = {

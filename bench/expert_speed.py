@@ -31,8 +31,11 @@ from bench.timing import datasheet_peak_tflops
 
 TORCH_KERNELS = ["--model.runtime.norm_backend", "torch", "--model.runtime.attention_backend", "torch",
                  "--model.runtime.router_backend", "torch", "--model.runtime.dispatch_backend", "torch"]
-"""``torch`` kernels: every layer component on torch (the experts are torch's grouped GEMM in the
-recipe either way). ``default`` = the product's choice: Transformer Engine layers where installed."""
+TE_KERNELS = [arg.replace("torch", "te") for arg in TORCH_KERNELS]
+"""``torch`` / ``te`` kernels: every layer component (norm, attention, router, dispatch) on torch /
+on Transformer Engine (the experts are torch's grouped GEMM in the recipe either way). ``default`` =
+the product's choice for the recipe (``auto``: torch's layers for its compiled bf16 blocks)."""
+KERNEL_ARGS = {"default": [], "torch": TORCH_KERNELS, "te": TE_KERNELS}
 
 def flops_per_token(model: dict, seq_length: int) -> float:
     """Training FLOPs per token: 6 · active parameters + 6 · layers · hidden · sequence (attention)."""
@@ -63,11 +66,16 @@ def speed(args: argparse.Namespace) -> int:
     out, runs = Path(args.out), Path(args.runs)
     if args.merge:
         results, args.machine, commands = merged_results([Path(p) for p in args.merge])
+        args.steps = sorted({json.loads(Path(p).read_text()).get("steps") for p in args.merge} - {None})
         args.command = args.command or "\n".join(commands)  # the benches that measured the rows
         print(_write(args, out, results))
         return 0
     if not args.data:
         raise SystemExit("biomoe: error: --data: the store to train on is required (or --merge)")
+    unknown = set(args.kernels.split(",")) - set(KERNEL_ARGS)
+    if unknown:
+        raise SystemExit(f"biomoe: error: --kernels: unknown {', '.join(sorted(unknown))} "
+                         f"(known: {', '.join(KERNEL_ARGS)})")
     contenders = [(size, variant, kernels) for size in args.sizes.split(",") for kernels in args.kernels.split(",")
                   for variant in args.variants.split(",")]
     results: dict[str, dict] = {}
@@ -79,7 +87,7 @@ def speed(args: argparse.Namespace) -> int:
             cmd = contender_args(size, variant, args.data, args.steps, 1, run_dir, [])
             cmd += ["--trainer.limit_val_batches", "0", "--trainer.val_check_interval", str(10 * args.steps),
                     "--trainer.log_every_n_steps", str(args.log_every)]
-            cmd += (TORCH_KERNELS if kernels == "torch" else []) + list(args.extra)
+            cmd += KERNEL_ARGS[kernels] + list(args.extra)
             run_dir.mkdir(parents=True, exist_ok=True)
             started = time.perf_counter()
             with (run_dir / "fit.log").open("w") as log:
@@ -158,19 +166,30 @@ def summarise(results: dict[str, dict], gpu: str) -> list[dict]:
     return rows
 
 
+def _row_order(row: dict) -> tuple:
+    """Sizes small to large, then kernels, then the variants in the study's order."""
+    from bench.expert_contenders import SIZES, VARIANTS
+
+    def place(value: str, known: list[str]) -> tuple[int, str]:
+        return (known.index(value), "") if value in known else (len(known), value)
+
+    return place(row["size"], list(SIZES)), place(row["kernels"], list(KERNEL_ARGS)), place(row["variant"], VARIANTS)
+
+
 def speed_markdown(rows: list[dict], gpu: str, command: str) -> str:
     lines = [f"Each model alone on one {gpu}, `cli.py fit` of configs/corpus-study.yaml; median (range) of the "
              "interleaved runs; MFU against the bf16 dense peak.", "",
-             "| size | variant | kernels | tokens/s | range | vs dense | TFLOP/s | MFU | peak GiB |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in rows:
+             "| size | variant | kernels | runs | tokens/s | range | vs dense | TFLOP/s | MFU | peak GiB |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in sorted(rows, key=_row_order):
         if "tokens_per_s" not in r:
-            lines.append(f"| {r['size']} | {r['variant']} | {r['kernels']} | failed | | | | | |")
+            lines.append(f"| {r['size']} | {r['variant']} | {r['kernels']} | 0 | failed | | | | | |")
             continue
         lo, hi = r["tokens_per_s_range"]
         mfu = f"{r['mfu']:.1%}" if r.get("mfu") is not None else "–"
         ratio = f"{r['vs_dense']:.2f}x" if "vs_dense" in r else "–"
-        lines.append(f"| {r['size']} | {r['variant']} | {r['kernels']} | {r['tokens_per_s'] / 1e3:.0f}k | "
+        runs = sum("tokens_per_s" in run for run in r["runs"])
+        lines.append(f"| {r['size']} | {r['variant']} | {r['kernels']} | {runs} | {r['tokens_per_s'] / 1e3:.0f}k | "
                      f"{lo / 1e3:.0f}k–{hi / 1e3:.0f}k | {ratio} | {r['tflops']:.0f} | {mfu} | "
                      f"{r['peak_memory_gib']:.1f} |")
     return "\n".join(lines) + f"\n\n```bash\n{command}\n```\n"
@@ -187,7 +206,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--data", default="", help="the prepared store (or FASTA folder) to train on")
     s.add_argument("--sizes", default="base")
     s.add_argument("--variants", default="dense,moe,fine,fine64")
-    s.add_argument("--kernels", default="default", help="default (TE layers where installed) and/or torch")
+    s.add_argument("--kernels", default="default", help="default (the product's choice), torch and/or te")
     s.add_argument("--rounds", type=int, default=3)
     s.add_argument("--steps", type=int, default=150)
     s.add_argument("--log-every", type=int, default=10, help="steps between logged rates")

@@ -60,12 +60,23 @@ TRAINER_PRECISIONS = {"32-true": "fp32", "32": "fp32", "64-true": "fp64", "bf16-
 """Lightning precision names -> what computes."""
 
 
-def want_te(component: str, choice: str, te_ok: bool) -> bool:
-    """``auto`` → TE where usable; ``te`` without TE is a configuration error, not a fallback."""
+def auto_layers_take_te(runtime: RuntimeConfig) -> bool:
+    """Whether ``auto`` layer kernels (norm, attention, router, dispatch) may be TE's. Not for
+    compiled bf16 blocks: ``torch.compile`` fuses the torch layers' memory-bound work with their
+    neighbours but must break its graph at every TE call, and so each compiled step of the corpus
+    recipe ran faster on torch's layers on an H100 (dense 1.29x, 8-expert MoE 1.46x at hidden 512;
+    1.20x and 1.15x at 1,024; docs/benchmarks.md). Under an FP8/FP4 recipe TE computes the GEMMs,
+    and its layers stay the choice."""
+    return not (runtime.compile and runtime.precision == "bf16")
+
+
+def want_te(component: str, choice: str, te_ok: bool, auto_takes_te: bool = True) -> bool:
+    """``auto`` → TE where usable (and ``auto_takes_te``); ``te`` without TE is a configuration
+    error, not a fallback."""
     if choice == "te" and not te_ok:
         raise ConfigError(f"model.runtime.{component}: te needs Transformer Engine and a CUDA GPU "
                           "(pip install biomoe[te]); use auto or torch here")
-    return choice == "te" or (choice == "auto" and te_ok)
+    return choice == "te" or (choice == "auto" and te_ok and auto_takes_te)
 
 
 def expert_query(info: DeviceInfo | None, te_ok: bool, precision: str, hidden: int, ffn: int,
@@ -85,7 +96,8 @@ TORCH_EXPERT_BACKENDS = frozenset({"loop", "grouped"})
 
 def may_use_te(runtime: RuntimeConfig) -> bool:
     """Whether any choice of ``runtime`` can take Transformer Engine (else TE is not probed)."""
-    return (any(getattr(runtime, name) != "torch" for name in LAYER_BACKEND_FIELDS)
+    layer_choices = ("te", "auto") if auto_layers_take_te(runtime) else ("te",)
+    return (any(getattr(runtime, name) in layer_choices for name in LAYER_BACKEND_FIELDS)
             or runtime.expert_backend not in TORCH_EXPERT_BACKENDS
             or runtime.precision != "bf16")  # canonical: RuntimeConfig parsed it
 
@@ -105,10 +117,11 @@ def select_backends(cfg: ModelConfig, runtime: RuntimeConfig,
         log.warning("precision %s: expert_backend=%s does not use TE, so experts compute in bf16; "
                     "only TE modules run in %s", precision, expert_backend, precision)
 
-    te_norm = want_te("norm_backend", runtime.norm_backend, te_ok)
-    te_attention = want_te("attention_backend", runtime.attention_backend, te_ok)
-    te_router = want_te("router_backend", runtime.router_backend, te_ok)
-    te_dispatch = want_te("dispatch_backend", runtime.dispatch_backend, te_ok)
+    auto_te = auto_layers_take_te(runtime)
+    te_norm = want_te("norm_backend", runtime.norm_backend, te_ok, auto_te)
+    te_attention = want_te("attention_backend", runtime.attention_backend, te_ok, auto_te)
+    te_router = want_te("router_backend", runtime.router_backend, te_ok, auto_te)
+    te_dispatch = want_te("dispatch_backend", runtime.dispatch_backend, te_ok, auto_te)
     kwargs: dict = {"experts": expert_backend}
     # each TE layer's module imported only when it is chosen (they import only torch until they run)
     if te_norm:
@@ -137,4 +150,6 @@ def select_backends(cfg: ModelConfig, runtime: RuntimeConfig,
         "norm": "te.RMSNorm" if te_norm else "torch nn.RMSNorm",
         "attention": "te.DotProductAttention" if te_attention else "torch SDPA",
     }
+    if not auto_te and any(getattr(runtime, name) == "auto" for name in LAYER_BACKEND_FIELDS):
+        paths["layers"] = "auto layers on torch (compiled bf16 blocks run faster on them)"
     return BackendSelection(LayerBackends(**kwargs), context, info, paths)

@@ -368,12 +368,28 @@ def score_windows(model: InferenceModel | MoETransformer, variants: list[Variant
 def _substitutions(tokenizer: NucleotideTokenizer,
                    prepared: list[tuple[int, str, str]]) -> tuple[list[Substitution], list[int]]:
     """(the variants whose windows have one length and differ somewhere, as substitutions; the
-    indices of the rest: indels, and alleles equal to the reference)."""
+    indices of the rest: indels, and alleles equal to the reference).
+
+    Each distinct reference window is encoded once (a codon's nine SNVs share one) and an alt
+    window is its reference's tokens with the changed bases patched in, all as one byte per
+    token: tens of thousands of variants otherwise hold two fresh int64 windows each, and
+    allocating that memory was most of a ``mutations`` run's first second on the GPU."""
     items, rest = [], []
+    encoded: dict[str, np.ndarray] = {}
     for j, (_, ref_seq, alt_seq) in enumerate(prepared):
-        ref_ids, alt_ids = tokenizer.encode(ref_seq), tokenizer.encode(alt_seq)
-        changed = np.flatnonzero(ref_ids != alt_ids) if ref_ids.size == alt_ids.size else np.empty(0)
+        if len(ref_seq) != len(alt_seq):
+            rest.append(j)
+            continue
+        ref_ids = encoded.get(ref_seq)
+        if ref_ids is None:
+            ref_ids = encoded[ref_seq] = tokenizer.encode(ref_seq).astype(np.uint8)
+        alt_bytes = np.frombuffer(alt_seq.encode("ascii", "replace"), dtype=np.uint8)
+        differ = np.flatnonzero(np.frombuffer(ref_seq.encode("ascii", "replace"), dtype=np.uint8) != alt_bytes)
+        alt_tokens = tokenizer.encode(alt_bytes[differ].tobytes()).astype(np.uint8)
+        changed = differ[alt_tokens != ref_ids[differ]]  # a change of case only is the same token
         if changed.size:
+            alt_ids = ref_ids.copy()
+            alt_ids[differ] = alt_tokens
             items.append(Substitution(j, ref_ids, alt_ids, int(changed[0])))
         else:
             rest.append(j)

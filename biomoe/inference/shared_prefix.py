@@ -40,7 +40,8 @@ of 16, which an alt window's remainder seldom is): those keep scoring both windo
 
 @dataclass(frozen=True)
 class Substitution:
-    """One variant's two windows of equal length, differing first at ``offset``."""
+    """One variant's two windows of equal length (token ids, any integer dtype), differing first at
+    ``offset``."""
 
     key: int
     ref_ids: np.ndarray
@@ -91,7 +92,8 @@ def _chunks(items: Sequence[Substitution], budget: int, max_rows: int | None, pi
 
 def _chunk(width: int, refs: list[list[Substitution]], pin: bool) -> _Chunk:
     alts = [item for site in refs for item in site]
-    tokens = torch.from_numpy(np.stack([site[0].ref_ids for site in refs] + [item.alt_ids for item in alts]))
+    rows = np.stack([site[0].ref_ids for site in refs] + [item.alt_ids for item in alts])
+    tokens = torch.from_numpy(rows.astype(np.int64, copy=False))  # items may hold their tokens in one byte each
     return _Chunk(width, min(item.offset for item in alts) + 1, [[item.key for item in site] for site in refs],
                   [item.key for item in alts], np.repeat(np.arange(len(refs)), [len(site) for site in refs]),
                   tokens.pin_memory() if pin else tokens)

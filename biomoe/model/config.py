@@ -239,18 +239,21 @@ class RuntimeConfig:
     and a GPU; auto = the fastest measured choice for the device and precision). Any name in the
     expert-backend registry (:data:`biomoe.model.moe.experts.EXPERT_BACKENDS`) is accepted."""
     attention_backend: str = "auto"
-    """auto | torch | te (TE DotProductAttention); auto = TE where usable."""
+    """auto | torch | te (TE DotProductAttention); auto = TE where usable, torch under ``compile`` in bf16."""
     norm_backend: str = "auto"
-    """auto | torch | te (TE RMSNorm); auto = TE where usable."""
+    """auto | torch | te (TE RMSNorm); auto = TE where usable, torch under ``compile`` in bf16."""
     router_backend: str = "auto"
-    """auto | torch | te (TE fused top-k router and aux loss); auto = TE where usable."""
+    """auto | torch | te (TE fused top-k router and aux loss); auto = TE where usable, torch under
+    ``compile`` in bf16."""
     dispatch_backend: str = "auto"
-    """auto | torch | te (TE moe_permute/unpermute); auto = TE where usable."""
+    """auto | torch | te (TE moe_permute/unpermute); auto = TE where usable, torch under ``compile`` in bf16."""
     compile: bool = checked(False, boolean())
     """Run each block through ``torch.compile``: fuses the memory-bound work around the GEMMs
     (norms, rotary, SwiGLU, routing) at the price of compile time in the first steps. Transformer
-    Engine calls stay eager (the compiler works around them). Worth it for wide models, whose step
-    is bound by the GPU's memory traffic; small ones whose step is bound by the host get slower.
+    Engine calls stay eager (the compiler breaks its graph around them), so in bf16 the ``auto``
+    layer kernels are torch's when this is on (:func:`biomoe.backends.select.auto_layers_take_te`).
+    Worth it for wide models, whose step is bound by the GPU's memory traffic; small ones whose step
+    is bound by the host get slower.
     Figures: docs/benchmarks.md, "model.runtime.compile"."""
     compile_mode: str = checked("default", choice("default", "reduce-overhead", "max-autotune",
                                                   "max-autotune-no-cudagraphs"))

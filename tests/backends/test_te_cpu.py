@@ -260,3 +260,33 @@ def test_activation_checkpointing_refuses_delayed_scaling_in_one_line():
     assert "\n" not in str(info.value) and "fp8-block" in str(info.value)
     for ok in ("bf16", "fp8-current", "fp8-block", "mxfp8"):
         check_precision_for_checkpointing(ok)
+
+
+@pytest.mark.parametrize("compiled,te_layers", [(False, True), (True, False)])
+def test_auto_layers_take_te_unless_the_blocks_are_compiled_in_bf16(monkeypatch, compiled, te_layers):
+    """Compiled bf16 blocks ran faster on torch's layers than on TE's (the compiler breaks its graph
+    at each TE call), so ``auto`` gives them torch; without compile ``auto`` is TE where usable."""
+    import biomoe.backends.select as select
+
+    monkeypatch.setattr(select, "te_usable", lambda device=None: True)  # as on a GPU with TE installed
+    runtime = RuntimeConfig(compile=compiled, expert_backend="grouped")
+    assert select.may_use_te(runtime) is te_layers  # compiled bf16: TE is not even probed
+    selection = select.select_backends(ModelConfig(), runtime, torch.device("cpu"))
+    paths = selection.paths
+    assert (paths["norm"] == "te.RMSNorm") is te_layers
+    assert (paths["attention"] == "te.DotProductAttention") is te_layers
+    assert paths["router"].startswith("te") is te_layers and paths["dispatch"].startswith("te") is te_layers
+    assert selection.precision.use_te is te_layers
+    assert ("layers" in paths) is not te_layers  # the kernels line says why auto chose torch
+
+
+def test_compiled_blocks_keep_te_layers_when_asked_or_under_an_fp8_recipe(monkeypatch):
+    import biomoe.backends.select as select
+
+    monkeypatch.setattr(select, "te_usable", lambda device=None: True)
+    assert select.auto_layers_take_te(RuntimeConfig(compile=True, precision="fp8-current"))
+    assert not select.auto_layers_take_te(RuntimeConfig(compile=True))
+    asked = RuntimeConfig(compile=True, expert_backend="grouped", norm_backend="te")
+    assert select.may_use_te(asked)
+    paths = select.select_backends(ModelConfig(), asked, torch.device("cpu")).paths
+    assert paths["norm"] == "te.RMSNorm" and paths["attention"] == "torch SDPA"

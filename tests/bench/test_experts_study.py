@@ -337,3 +337,23 @@ def test_speed_merge_joins_the_runs_of_several_benches_and_refuses_mixed_gpus(tm
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(SystemExit, match="bad.json: not a speed.json"):
         merged_results([tmp_path / "bad.json"])
+
+
+def test_speed_table_lists_sizes_kernels_and_variants_in_order_with_the_run_count() -> None:
+    from bench.expert_contenders import VARIANTS, variant_settings
+    from bench.expert_speed import KERNEL_ARGS, speed_markdown
+
+    for variant in VARIANTS:
+        variant_settings(variant, 1024)  # every listed variant is one the study can run
+    assert all(arg in ("te", "torch") or arg.startswith("--model.runtime.") for arg in KERNEL_ARGS["te"])
+
+    def row(size: str, variant: str, kernels: str, runs: int) -> dict:
+        return {"size": size, "variant": variant, "kernels": kernels, "runs": [{"tokens_per_s": 1.0}] * runs,
+                "tokens_per_s": 1000.0, "tokens_per_s_range": [900.0, 1100.0], "tflops": 1.0, "mfu": 0.1,
+                "peak_memory_gib": 1.0}
+
+    text = speed_markdown([row("4x", "moe", "torch", 2), row("base", "fine", "te", 3),
+                           row("base", "dense", "te", 3), row("base", "moe", "torch", 1)], "GPU", "cmd")
+    body = [line.split(" | ")[:4] for line in text.splitlines() if line.startswith("| base") or line.startswith("| 4x")]
+    assert body == [["| base", "moe", "torch", "1"], ["| base", "dense", "te", "3"], ["| base", "fine", "te", "3"],
+                    ["| 4x", "moe", "torch", "2"]]

@@ -98,3 +98,38 @@ def test_windows_off_centre_share_chunks_so_centred_ones_keep_their_short_alt_ro
     chunks = list(shared_prefix._chunks(items, budget=6 * (width + width // 2), max_rows=None, pin=False))
     assert sorted(key for chunk in chunks for key in chunk.alt_keys) == list(range(44))
     assert sum(chunk.prefix < width // 2 for chunk in chunks) == 1
+
+
+def test_substitutions_are_the_windows_token_for_token_with_each_reference_encoded_once() -> None:
+    """The variants' windows become substitutions exactly as encoding both windows whole would make
+    them (a change of case only, an indel or an unchanged allele is not one); windows that are one
+    stretch of genome share one reference array."""
+    from biomoe.inference.score_variants import _substitutions
+
+    rng = np.random.default_rng(3)
+    ref = "".join(rng.choice(list("ACGTN"), 64, p=[0.24, 0.24, 0.24, 0.24, 0.04]))
+    soft = ref[:20] + ref[20:40].lower() + ref[40:]
+    prepared = [(0, ref, ref[:31] + ("A" if ref[31] != "A" else "C") + ref[32:]),  # SNV
+                (0, ref, ref[:31] + ("G" if ref[31] != "G" else "T") + ref[32:]),  # another allele, same window
+                (0, ref, ref[:10] + "TT" + ref[12:]),  # MNV (or less, where the reference already has T)
+                (0, ref, ref[:30] + ref[31:]),  # deletion: not a substitution
+                (0, ref, ref),  # the reference allele
+                (0, soft, ref),  # a change of case only: the same tokens
+                (0, soft, soft[:25] + "N" + soft[26:]),  # a change to N inside soft-masked bases
+                (5, ref[5:] + "A" * 5, ref[5:35] + "C" + ref[36:] + "A" * 5)]
+    items, rest = _substitutions(TOKENS, prepared)
+    expected_items, expected_rest = [], []
+    for j, (_, r, a) in enumerate(prepared):
+        r_ids, a_ids = TOKENS.encode(r), TOKENS.encode(a)
+        changed = np.flatnonzero(r_ids != a_ids) if r_ids.size == a_ids.size else np.empty(0, dtype=int)
+        if changed.size:
+            expected_items.append((j, r_ids, a_ids, int(changed[0])))
+        else:
+            expected_rest.append(j)
+    assert rest == expected_rest and 3 in rest and 4 in rest and 5 in rest
+    assert len(items) == len(expected_items)
+    for item, (key, r_ids, a_ids, offset) in zip(items, expected_items):
+        assert item.key == key and item.offset == offset
+        assert np.array_equal(item.ref_ids.astype(np.int64), r_ids)
+        assert np.array_equal(item.alt_ids.astype(np.int64), a_ids)
+    assert items[0].ref_ids is items[1].ref_ids  # one reference window, encoded once
