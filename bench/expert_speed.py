@@ -10,7 +10,11 @@ warm-up excluded), its peak memory the allocator's high-water mark the fit logs.
 backward, causal attention scores and values counted whole) against the GPU's bf16 dense peak.
 
     python -m bench.experts speed --data subset.store --sizes base,4x \\
-        --variants dense,moe,fine,fine64 --kernels default,torch --rounds 3 --out results/experts/speed
+        --variants dense,moe,fine,fine64 --kernels default,torch,te --rounds 3 --out results/experts/speed
+    python -m bench.experts speed --merge a/speed.json b/speed.json --out results/experts/speed
+
+``--merge`` writes one table from benches that each ran part of the rows on one kind of GPU (a
+machine held for a limited time runs a few rows per call).
 """
 
 from __future__ import annotations
