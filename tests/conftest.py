@@ -146,3 +146,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
                  if t is not threading.main_thread() and t.is_alive() and not t.daemon]
     if lingering:
         print(f"threads still running after the tests: {', '.join(lingering)}", file=sys.stderr)
+
+
+@pytest.fixture(autouse=True)
+def no_process_group_carried_over():
+    """Each test starts without a default process group. An in-process ``fit`` under a strategy
+    that makes one (the expert-parallel strategy, even at one device) leaves it behind, as
+    Lightning does; a later test that makes its own would find one already there."""
+    yield
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
