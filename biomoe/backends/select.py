@@ -70,7 +70,7 @@ def auto_layers_take_te(runtime: RuntimeConfig) -> bool:
     return not (runtime.compile and runtime.precision == "bf16")
 
 
-def want_te(component: str, choice: str, te_ok: bool, auto_takes_te: bool = True) -> bool:
+def want_te(component: str, choice: str, te_ok: bool, auto_takes_te: bool) -> bool:
     """``auto`` → TE where usable (and ``auto_takes_te``); ``te`` without TE is a configuration
     error, not a fallback."""
     if choice == "te" and not te_ok:
