@@ -13,7 +13,9 @@
 - DCP's no-process-group loader with an empty planner: read chosen keys of a distributed
   checkpoint in one process without building a template state dict;
 - ``torch._disable_dynamo``: ``torch.compiler.disable`` that imports ``torch._dynamo`` only when
-  the function first runs, not when it is decorated (:func:`eager_when_compiled`).
+  the function first runs, not when it is decorated (:func:`eager_when_compiled`);
+- ``aten._scaled_dot_product_flash_attention``: the flash kernel's own causal flag aligns to the
+  lower right when there are more keys than queries (:func:`flash_lower_right`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ TESTED_WITH = ("2.11", "2.13")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 __all__ = ["TESTED_WITH", "checkpoint_wrapper", "checkpoint_wrapped", "eager_when_compiled", "flatten_mesh",
-           "foreach_copy_", "foreach_ema_", "foreach_mul_", "foreach_norm", "grouped_mm", "has_grouped_mm",
+           "flash_lower_right", "foreach_copy_", "foreach_ema_", "foreach_mul_", "foreach_norm", "grouped_mm",
+           "has_grouped_mm",
            "load_checkpoint_keys", "step_supports_amp_scaling"]
 
 
@@ -53,6 +56,25 @@ def eager_when_compiled(fn: _F) -> _F:
         return fn(*args, **kwargs)
 
     return call  # type: ignore[return-value]
+
+
+def flash_lower_right(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
+    """Causal attention of ``s`` queries after ``L - s`` earlier keys ([b, heads, s, d] against
+    [b, heads, L, d]): query ``i`` sees keys ``0..L - s + i``, by the flash kernel with no mask in
+    memory; None where that kernel cannot take these inputs (a CPU, fp32, a head size not a
+    multiple of 8), for the caller's own path.
+
+    SDPA's ``is_causal`` aligns to the upper left; the flash op's own flag, called directly, aligns
+    to the lower right (the contract torch's ``causal_lower_right`` bias is built on). That bias is
+    not used because its module imports ``torch._dynamo``: seconds of a use command's first batch."""
+    if q.device.type != "cuda" or q.shape[-1] % 8:
+        return None
+    from torch.backends.cuda import SDPAParams, can_use_flash_attention
+
+    if not can_use_flash_attention(SDPAParams(q, k, v, None, 0.0, True, False)):
+        return None
+    return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, is_causal=True,
+                                                              return_debug_mask=False)[0]
 
 
 def has_grouped_mm() -> bool:

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from biomoe.compat.torch import flash_lower_right
 from biomoe.model.backends import TORCH_BACKENDS, LayerBackends
 from biomoe.model.config import ModelConfig
 from biomoe.model.documents import DocumentLayout, document_attention
@@ -184,11 +185,14 @@ class StaticKVCache:
 def _continued_attention(q: Tensor, k: Tensor, v: Tensor, past: int) -> Tensor:
     """Attention of ``s`` new queries after ``past`` cached tokens: query ``i`` sits at position
     ``past + i`` and sees keys ``0..past + i`` (causal, aligned to the lower right; SDPA's
-    ``is_causal`` aligns top-left). While the cache holds no more than the new tokens, the queries
-    take the last rows of a square causal attention whose first ``past`` rows are zeros and are
-    dropped: the flash kernel, no mask in memory, for at most a third more attention work. Past a
-    longer cache a boolean mask wastes less. (torch's ``causal_lower_right`` bias would do the first
-    without the extra rows, but importing it imports ``torch._dynamo``: seconds of a use command's start.)"""
+    ``is_causal`` aligns top-left). On CUDA in bf16/fp16 the flash kernel does it with no mask
+    (:func:`biomoe.compat.torch.flash_lower_right`). Elsewhere, while the cache holds no more than
+    the new tokens, the queries take the last rows of a square causal attention whose first
+    ``past`` rows are zeros and are dropped (no mask in memory, at most a third more attention
+    work); past a longer cache a boolean mask wastes less."""
+    out = flash_lower_right(q, k, v)
+    if out is not None:
+        return out
     b, h, s, d = q.shape
     if past <= s:
         padded = torch.cat([q.new_zeros(b, h, past, d), q], dim=2)

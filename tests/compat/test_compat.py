@@ -226,3 +226,15 @@ def test_eager_when_compiled_runs_eagerly_inside_a_compiled_region():
     compiled = torch.compile(lambda x: probe(x + 1) + traced(x), backend="eager")
     assert compiled(torch.ones(3)).tolist() == [5.0, 5.0, 5.0]
     assert seen == [False, False, True]
+
+
+def test_the_flash_op_takes_a_causal_flag_and_the_lower_right_path_leaves_the_cpu_alone():
+    """``flash_lower_right`` calls the flash op with its causal flag (lower right when keys outnumber
+    queries; tests/gpu/test_shared_prefix_gpu.py checks that on a GPU) and answers None where it
+    cannot run, so the caller's own path computes."""
+    schema = torch.ops.aten._scaled_dot_product_flash_attention.default._schema
+    names = [argument.name for argument in schema.arguments]
+    assert names[:6] == ["query", "key", "value", "dropout_p", "is_causal", "return_debug_mask"]
+    assert schema.returns[0].name == "output"
+    q, kv = torch.randn(1, 2, 3, 64, dtype=torch.bfloat16), torch.randn(1, 2, 5, 64, dtype=torch.bfloat16)
+    assert torch_compat.flash_lower_right(q, kv, kv) is None  # a CPU tensor

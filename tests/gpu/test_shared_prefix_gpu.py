@@ -1,5 +1,5 @@
 """On a GPU, alt windows continued from the reference window's cache score as the two windows read
-whole (flash attention over a square causal pass whose first rows are dropped)."""
+whole (the flash kernel aligned to the lower right)."""
 
 from __future__ import annotations
 
@@ -38,3 +38,18 @@ def test_continued_windows_equal_whole_windows_on_cuda(dtype: torch.dtype, toler
         ref_ll, alt_ll = sequence_log_likelihood(model, [ref, alt])
         whole = float(np.nansum(alt_ll.astype(np.float64)) - np.nansum(ref_ll.astype(np.float64)))
         assert got[i][1] - got[i][0] == pytest.approx(whole, abs=tolerance)
+
+
+@pytest.mark.parametrize("past, new", [(0, 64), (7, 64), (64, 64), (200, 17), (1000, 24)])
+def test_flash_lower_right_is_causal_attention_aligned_to_the_last_key(past: int, new: int) -> None:
+    from biomoe.compat.torch import flash_lower_right
+
+    torch.manual_seed(1)
+    q = torch.randn(2, 4, new, 64, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 4, past + new, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    got = flash_lower_right(q, k, v)
+    assert got is not None
+    mask = torch.ones(new, past + new, dtype=torch.bool, device="cuda").tril(diagonal=past)
+    want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+    assert (got.float() - want).abs().max().item() < 2e-2
+    assert flash_lower_right(q.float(), k.float(), v.float()) is None  # fp32: no flash kernel
