@@ -69,12 +69,21 @@ def flash_lower_right(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
     not used because its module imports ``torch._dynamo``: seconds of a use command's first batch."""
     if q.device.type != "cuda" or q.shape[-1] % 8:
         return None
-    from torch.backends.cuda import SDPAParams, can_use_flash_attention
+    from torch.backends.cuda import can_use_flash_attention
 
-    if not can_use_flash_attention(SDPAParams(q, k, v, None, 0.0, True, False)):
+    if not can_use_flash_attention(flash_capability_params(q, k, v)):
         return None
     return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, is_causal=True,
                                                               return_debug_mask=False)[0]
+
+
+def flash_capability_params(q: Tensor, k: Tensor, v: Tensor) -> Any:
+    """What :func:`flash_lower_right` asks ``can_use_flash_attention`` about: no mask and *no*
+    causal flag, since that check refuses a causal flag with more keys than queries (SDPA's flag
+    means upper-left, which the flash kernel does not do for them; its own flag is lower-right)."""
+    from torch.backends.cuda import SDPAParams
+
+    return SDPAParams(q, k, v, None, 0.0, False, False)
 
 
 def has_grouped_mm() -> bool:

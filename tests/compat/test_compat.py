@@ -238,3 +238,6 @@ def test_the_flash_op_takes_a_causal_flag_and_the_lower_right_path_leaves_the_cp
     assert schema.returns[0].name == "output"
     q, kv = torch.randn(1, 2, 3, 64, dtype=torch.bfloat16), torch.randn(1, 2, 5, 64, dtype=torch.bfloat16)
     assert torch_compat.flash_lower_right(q, kv, kv) is None  # a CPU tensor
+    params = torch_compat.flash_capability_params(q, kv, kv)
+    # asked with the causal flag, the capability check would refuse every continued pass (keys > queries)
+    assert params.is_causal is False and params.attn_mask is None and params.query is q
