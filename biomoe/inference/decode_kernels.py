@@ -20,7 +20,8 @@ from torch import nn
 from biomoe.backends.te.dispatch import TEPermuteDispatcher
 from biomoe.inference.load import InferenceModel
 from biomoe.model.moe import Experts, LocalDispatcher, MoELayer, TopKRouter
-from biomoe.model.moe.experts import ExpertBackend, build_backend, grouped_mm_supported, swiglu
+from biomoe.model.moe.experts import ExpertBackend, build_backend, grouped_mm_supported
+from biomoe.model.swiglu import swiglu
 from biomoe.model.transformer import Attention, Block, DenseMLP, MoETransformer
 
 __all__ = ["AllExpertsBackend", "decode_graph_supported", "decode_kernels"]

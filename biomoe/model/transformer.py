@@ -22,6 +22,7 @@ from biomoe.model.config import ModelConfig
 from biomoe.model.documents import DocumentLayout, document_attention
 from biomoe.model.moe import Experts, MoELayer
 from biomoe.model.moe.experts import scaled_init_std
+from biomoe.model.swiglu import split_projection, swiglu, swiglu_into_gate
 
 
 @dataclass
@@ -270,9 +271,14 @@ class DenseMLP(nn.Module):
         self.down_proj = nn.Linear(ffn_hidden_size, hidden_size, bias=False)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        weight = self.gate_up_proj.weight
+        if split_projection(x, weight):
+            gate, up = weight.chunk(2, dim=0)
+            hidden = swiglu_into_gate(F.linear(x, gate), F.linear(x, up))
+        else:
+            hidden = swiglu(self.gate_up_proj(x))
         zero = x.new_zeros((), dtype=torch.float32)
-        return self.down_proj(F.silu(gate) * up), zero, zero
+        return self.down_proj(hidden), zero, zero
 
 
 class Block(nn.Module):

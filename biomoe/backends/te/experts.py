@@ -37,7 +37,8 @@ import torch
 from torch import Tensor
 
 from biomoe.model.moe.experts import (Availability, ExpertBackend, ExpertBackendQuery, register_expert_backend,
-                                      resolve_expert_backend, swiglu)
+                                      resolve_expert_backend)
+from biomoe.model.swiglu import swiglu
 from biomoe.backends.te.availability import TE_LIBRARY, DeviceInfo, device_info
 from biomoe.backends.te.precision import active_alignment, fp8_recipe_active
 from biomoe.compat.torch import eager_when_compiled

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from biomoe.compat.torch import grouped_mm, has_grouped_mm
 from biomoe.errors import ConfigError
+from biomoe.model.swiglu import split_projection, swiglu, swiglu_into_gate
 
 log = logging.getLogger(__name__)
 
@@ -243,11 +244,6 @@ def resolve_expert_backend(name: str, query: ExpertBackendQuery) -> tuple[str, s
     return EXPERT_BACKENDS.resolve(name, query)
 
 
-def swiglu(gate_up_out: Tensor) -> Tensor:
-    gate, up = gate_up_out.chunk(2, dim=-1)
-    return F.silu(gate) * up
-
-
 @register_expert_backend("loop")  # the reference: only when named (grouped falls back to it itself)
 class LoopBackend(ExpertBackend):
     """Reference: one matmul pair per expert (the shape of HF's eager Mixtral experts).
@@ -322,8 +318,12 @@ class GroupedMMBackend(ExpertBackend):
                 self._warned = True
             return self._fallback(rows, tokens_per_expert, gate_up, down, probs)
         offsets = torch.cumsum(tokens_per_expert, dim=0).to(torch.int32)
-        hidden = grouped_mm(rows, gate_up.transpose(-2, -1), offsets)
-        hidden = swiglu(_ContiguousGrad.apply(hidden))
+        if split_projection(rows, gate_up, down):
+            gate, up = gate_up.chunk(2, dim=1)  # views: the gate rows, then the up rows of each expert
+            hidden = swiglu_into_gate(grouped_mm(rows, gate.transpose(-2, -1), offsets),
+                                      grouped_mm(rows, up.transpose(-2, -1), offsets))
+        else:
+            hidden = swiglu(_ContiguousGrad.apply(grouped_mm(rows, gate_up.transpose(-2, -1), offsets)))
         out = grouped_mm(hidden, down.transpose(-2, -1), offsets)
         return _ContiguousGrad.apply(out)
 
