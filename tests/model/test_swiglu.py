@@ -42,14 +42,19 @@ def test_dense_mlp_without_autograd_equals_its_training_forward() -> None:
     torch.testing.assert_close(scored, trained.detach(), rtol=1e-5, atol=1e-6)
 
 
+CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                        reason="needs a CUDA GPU")])
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_grouped_experts_without_autograd_equal_the_per_expert_loop(dtype: torch.dtype) -> None:
+def test_grouped_experts_without_autograd_equal_the_per_expert_loop(dtype: torch.dtype, device: str) -> None:
     torch.manual_seed(0)
     experts, hidden, ffn = 4, 16, 32
-    gate_up = torch.randn(experts, 2 * ffn, hidden, dtype=dtype) * 0.2
-    down = torch.randn(experts, hidden, ffn, dtype=dtype) * 0.2
-    counts = torch.tensor([3, 0, 6, 7])
-    rows = torch.randn(int(counts.sum()), hidden, dtype=dtype)
+    gate_up = (torch.randn(experts, 2 * ffn, hidden) * 0.2).to(device, dtype)
+    down = (torch.randn(experts, hidden, ffn) * 0.2).to(device, dtype)
+    counts = torch.tensor([3, 0, 6, 7], device=device)
+    rows = torch.randn(int(counts.sum()), hidden).to(device, dtype)
     if not grouped_mm_supported(rows, gate_up, down):
         pytest.skip("torch._grouped_mm cannot run here")
     with torch.no_grad():
