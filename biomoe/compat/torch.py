@@ -35,8 +35,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 __all__ = ["TESTED_WITH", "checkpoint_wrapper", "checkpoint_wrapped", "eager_when_compiled", "flatten_mesh",
            "flash_lower_right", "foreach_copy_", "foreach_ema_", "foreach_mul_", "foreach_norm", "grouped_mm",
-           "has_grouped_mm",
-           "load_checkpoint_keys", "step_supports_amp_scaling"]
+           "has_grouped_mm", "load_checkpoint_keys", "step_supports_amp_scaling"]
 
 
 def eager_when_compiled(fn: _F) -> _F:

@@ -4,8 +4,9 @@ Every SwiGLU projection in biomoe stacks the gate rows over the up rows in one w
 (``[2F, H]``, or ``[E, 2F, H]`` for experts), so training runs one GEMM and checkpoints have one
 layout. Splitting that GEMM's output gives two halves whose rows are strided: torch's elementwise
 kernels then take their generic (non-vectorised) path, and on an H100 the SiLU and the product over
-those halves cost about a fifth of a bf16 scoring forward. Without autograd the two halves can be
-computed by two GEMMs into contiguous buffers instead, and the activation runs in place on them.
+those halves took about a sixth of a bf16 scoring forward's GPU time. Without autograd the two
+halves can be computed by two GEMMs into contiguous buffers instead, and the activation runs in
+place on them (on an H200, one layer's 524,288 rows of 1,024: 1.28 ms against 2.83 ms).
 """
 
 from __future__ import annotations
