@@ -112,6 +112,23 @@ def test_codon_samples_are_seeded_and_skip_starts_stops_and_ambiguous_codons():
     assert (gene, 1) not in engine.sample_codons({"c": masked}, [gene], 10_000, seed=0, code=code)
 
 
+def test_eligible_codons_are_the_sense_codons_read_one_by_one_on_each_strand():
+    """The array form of codon eligibility against reading every codon as a string (both strands,
+    soft-masked and ambiguous bases, a table with other stops)."""
+    rng = np.random.default_rng(5)
+    sequence = "".join(rng.choice(list("ACGTACGTACGTacgtN"), 3_000))
+    genes = [Gene("c", start, start + 3 * codons, strand)
+             for start, codons, strand in [(0, 40, 1), (5, 300, -1), (1_000, 500, 1), (2_997, 1, 1), (13, 2, -1)]]
+    for table in (11, 4):
+        code = engine.codon_table(table)
+        stops, codes = engine._stop_mask(code), engine._base_codes(sequence)
+        for gene in genes:
+            want = [index for index in range(1, gene.length // 3 - 1)
+                    if not set(codon := engine._codon_at(sequence, gene, index)[0]) - set("ACGT")
+                    and codon not in code.stops]
+            assert engine._eligible_codons(codes, gene, stops).tolist() == want
+
+
 def test_markov_llr_equals_the_whole_sequence_likelihood_difference():
     sequence = random_dna(300, seed=3)
     tokenizer = NucleotideTokenizer()
