@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from biomoe.data.tokenizer import A_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
 from biomoe.genomics.genes import Gene
 
@@ -111,55 +112,44 @@ def _codon_at(sequence: str, gene: Gene, index: int) -> tuple[str, list[int]]:
     return "".join(sequence[c] for c in coords).upper().translate(_COMPLEMENT), coords
 
 
-_BASE_CODES = np.full(256, 4, dtype=np.uint8)
-_BASE_CODES[np.frombuffer(b"ACGTacgt", dtype=np.uint8)] = np.tile(np.arange(4, dtype=np.uint8), 2)
-"""ASCII byte -> 0..3 for A/C/G/T in either case (soft-masked bases are bases), 4 for anything else."""
-
-
-def _base_codes(sequence: str) -> np.ndarray:
-    return _BASE_CODES[np.frombuffer(sequence.encode("ascii", "replace"), dtype=np.uint8)]
-
-
-def _stop_mask(code: CodonTable) -> np.ndarray:
-    """[64] bool: which codon ids (16·first + 4·second + third base code) are stops of the table."""
+def _stop_mask(code: CodonTable, tokenizer: NucleotideTokenizer) -> np.ndarray:
+    """[64] bool: which codon ids (16·first + 4·second + third base, each ``id - A_ID``) are stops."""
     mask = np.zeros(64, dtype=bool)
     for codon in code.stops:
-        a, b, c = _base_codes(codon)
+        a, b, c = tokenizer.encode(codon) - A_ID
         mask[16 * a + 4 * b + c] = True
     return mask
 
 
-def _eligible_codons(codes: np.ndarray, gene: Gene, stops: np.ndarray) -> np.ndarray:
+def _eligible_codons(ids: np.ndarray, gene: Gene, stops: np.ndarray, tokenizer: NucleotideTokenizer) -> np.ndarray:
     """Codon indices of a complete gene that can be mutated: not the first (start) or last (stop)
-    codon, only A/C/G/T, and a sense codon of the table. ``codes``: the contig's base codes
-    (:func:`_base_codes`); read on the gene's strand, as :func:`_codon_at` reads one codon. Array
-    operations over all the gene's codons: a Python loop building each codon's string took seconds a
-    bacterial genome, held the GIL and so serialised the genomes prepared side by side."""
+    codon, only A/C/G/T, and a sense codon of the table. ``ids``: the contig's token ids, read on
+    the gene's strand as :func:`_codon_at` reads one codon. Array operations over all the gene's
+    codons: a Python loop building each codon's string took seconds a bacterial genome, held the GIL
+    and so serialised the genomes prepared side by side."""
     count = gene.length // 3
-    if gene.strand > 0:
-        bases = codes[gene.start:gene.start + 3 * count]
-    else:
-        bases = codes[gene.end - 3 * count:gene.end][::-1]
-        bases = np.where(bases < 4, 3 - bases, 4)  # complement: A<->T, C<->G (codes 0<->3, 1<->2)
-    inner = bases.reshape(count, 3)[1:count - 1].astype(np.int64)
-    unambiguous = (inner < 4).all(axis=1)
-    ids = np.where(unambiguous, 16 * inner[:, 0] + 4 * inner[:, 1] + inner[:, 2], 0)
-    return np.flatnonzero(unambiguous & ~stops[ids]) + 1
+    bases = ids[gene.start:gene.start + 3 * count] if gene.strand > 0 else \
+        tokenizer.reverse_complement(ids[gene.end - 3 * count:gene.end])
+    inner = bases.reshape(count, 3)[1:count - 1]
+    unambiguous = NucleotideTokenizer.unambiguous_mask(inner).all(axis=1)
+    digits = np.where(unambiguous[:, None], inner - A_ID, 0)
+    return np.flatnonzero(unambiguous & ~stops[16 * digits[:, 0] + 4 * digits[:, 1] + digits[:, 2]]) + 1
 
 
 def sample_codons(sequences: Mapping[str, str], genes: Sequence[Gene], count: int, seed: int,
                   code: CodonTable) -> list[tuple[Gene, int]]:
     """Up to ``count`` distinct (gene, codon index) pairs, seeded. Every complete gene has equal
     weight (each codon weighs 1/(its gene's eligible codons)), so long genes do not dominate."""
-    stops = _stop_mask(code)
-    codes = {name: _base_codes(sequence) for name, sequence in sequences.items()}
+    tokenizer = NucleotideTokenizer()
+    stops = _stop_mask(code, tokenizer)
+    ids = {name: tokenizer.encode(sequence) for name, sequence in sequences.items()}
     owners: list[np.ndarray] = []
     indices: list[np.ndarray] = []
     weights: list[np.ndarray] = []
     for number, gene in enumerate(genes):
         if gene.partial or gene.length % 3:
             continue  # without its real start and stop the reading frame is not certain
-        eligible = _eligible_codons(codes[gene.contig], gene, stops)
+        eligible = _eligible_codons(ids[gene.contig], gene, stops, tokenizer)
         if eligible.size:
             owners.append(np.full(eligible.size, number))
             indices.append(eligible)
@@ -198,8 +188,6 @@ def markov_llrs(model, sequences: Mapping[str, str], snvs: Sequence[MutationSNV]
     the variant's base and the ``order`` bases after it, each read from the ``order`` bases before
     it (backing off near contig ends and Ns exactly as the model does)."""
     import torch
-
-    from biomoe.data.tokenizer import NucleotideTokenizer
 
     tokenizer = NucleotideTokenizer()
     k = model.order

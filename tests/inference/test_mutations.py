@@ -121,12 +121,13 @@ def test_eligible_codons_are_the_sense_codons_read_one_by_one_on_each_strand():
              for start, codons, strand in [(0, 40, 1), (5, 300, -1), (1_000, 500, 1), (2_997, 1, 1), (13, 2, -1)]]
     for table in (11, 4):
         code = engine.codon_table(table)
-        stops, codes = engine._stop_mask(code), engine._base_codes(sequence)
+        tokenizer = NucleotideTokenizer()
+        stops, ids = engine._stop_mask(code, tokenizer), tokenizer.encode(sequence)
         for gene in genes:
             want = [index for index in range(1, gene.length // 3 - 1)
                     if not set(codon := engine._codon_at(sequence, gene, index)[0]) - set("ACGT")
                     and codon not in code.stops]
-            assert engine._eligible_codons(codes, gene, stops).tolist() == want
+            assert engine._eligible_codons(ids, gene, stops, tokenizer).tolist() == want
 
 
 def test_markov_llr_equals_the_whole_sequence_likelihood_difference():
