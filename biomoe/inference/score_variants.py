@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -229,14 +231,17 @@ class SkippableVariantError(GenomeInputError):
 
 
 def variant_windows(genome: SequenceReader, variant: Variant, window: int, source: str,
-                    names: ContigNames | None = None, centre: int | None = None) -> tuple[int, str, str]:
+                    names: ContigNames | None = None, centre: int | None = None,
+                    read: Callable[[int, int, int], str] | None = None) -> tuple[int, str, str]:
     """(window start, ref window, alt window); checks the contig, bounds, reference allele and that
     both alleles fit in ``window``. The alt window is the ref window with ``ref`` replaced by
     ``alt``: as long as it for a substitution, longer or shorter by the difference for an indel.
     ``names``: the contigs of ``genome`` (built from it when not given). ``centre``: the 1-based
     position to centre the window on instead of the variant (variants near each other, e.g. the
     SNVs of one codon, then share one reference window), moved as little as needed to hold the
-    variant."""
+    variant. ``read(contig index, start, end)``: those bases upper-cased (``genome.fetch`` when not
+    given; :func:`check_variants` passes one that remembers recent windows, so variants that share
+    a window read it once)."""
     names = ContigNames(genome) if names is None else names
     try:
         index = names.resolve(variant.contig)
@@ -250,12 +255,23 @@ def variant_windows(genome: SequenceReader, variant: Variant, window: int, sourc
     if end > length:
         raise SkippableVariantError(source, f"variant {variant.label()}: position beyond contig end ({length:,} bp)",
                                     f"beyond contig end ({length} bp)")
-    actual = genome.fetch(index, begin, end).upper()
+    if read is None:
+        def read(contig: int, first: int, last: int) -> str:
+            return genome.fetch(contig, first, last).upper()
+    longest = max(len(variant.ref), len(variant.alt))
+    size = min(window, length)
+    start, ref_seq = begin, ""
+    if longest <= window:  # the window holds the reference allele: read it from there
+        middle = begin + len(variant.ref) // 2 if centre is None else centre - 1
+        start = min(max(middle - size // 2, end - size, 0), begin, length - size)
+        ref_seq = read(index, start, start + size)
+        actual = ref_seq[begin - start:end - start]
+    else:
+        actual = read(index, begin, end)
     if actual != variant.ref:
         raise SkippableVariantError(source, f"variant {variant.label()}: reference allele {variant.ref} does not "
                                             f"match the genome ({actual}) at {variant.contig}:{variant.position}",
                                     f"reference mismatch (genome has {actual})")
-    longest = max(len(variant.ref), len(variant.alt))
     if longest > window:
         # The window must hold each allele whole: a longer ref would be spliced out of range, and
         # an alt longer than the window would leave its windows with no flank in common.
@@ -263,10 +279,6 @@ def variant_windows(genome: SequenceReader, variant: Variant, window: int, sourc
             "ref allele" if len(variant.ref) > len(variant.alt) else "alt allele")
         raise GenomeInputError(source, f"variant {variant.label()}: its {alleles} of {longest} bases do not fit in "
                                        f"the scoring window of {window} bases (raise --window)")
-    size = min(window, length)
-    middle = begin + len(variant.ref) // 2 if centre is None else centre - 1
-    start = min(max(middle - size // 2, end - size, 0), begin, length - size)
-    ref_seq = genome.fetch(index, start, start + size).upper()
     offset = begin - start
     alt_seq = ref_seq[:offset] + variant.alt + ref_seq[offset + len(variant.ref):]
     return start, ref_seq, alt_seq
@@ -295,13 +307,18 @@ def check_variants(genome: SequenceReader, variants: list[Variant], window: int,
     :func:`prepare_windows`: the first unscorable variant stops with one line. ``centres``: one
     1-based position per variant to centre its window on (:func:`variant_windows`)."""
     names = ContigNames(genome)
+
+    @lru_cache(maxsize=64)  # a codon's SNVs, or variants close together, share one reference window
+    def read(index: int, start: int, end: int) -> str:
+        return genome.fetch(index, start, end).upper()
+
     kept: list[Variant] = []
     prepared: list[tuple[int, str, str]] = []
     skipped: list[tuple[Variant, str]] = []
     for k, variant in enumerate(variants):
         try:
             prepared.append(variant_windows(genome, variant, window, source, names,
-                                            None if centres is None else centres[k]))
+                                            None if centres is None else centres[k], read))
         except SkippableVariantError as exc:
             if not skip:
                 raise

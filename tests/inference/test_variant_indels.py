@@ -176,3 +176,36 @@ def test_a_window_centred_elsewhere_moves_only_as_far_as_it_must_to_hold_the_var
         assert ref_seq == seq[start:start + 64] and len(alt_seq) == 64
         offset = variant.position - 1 - start
         assert ref_seq[offset] == variant.ref and alt_seq[offset] == variant.alt
+
+
+def test_variants_sharing_a_window_read_it_once_and_still_have_their_alleles_checked(write_fasta):
+    from biomoe.errors import GenomeInputError
+    from biomoe.inference.score_variants import SkippableVariantError, Variant, check_variants, variant_windows
+
+    seq = random_dna(500, seed=4)
+    genome = Genome(write_fasta({"chr1": seq}))
+    reads: list[tuple[int, int, int]] = []
+    fetch = genome.fetch
+
+    def counted(contig, start, end):
+        reads.append((contig, start, end))
+        return fetch(contig, start, end)
+
+    genome.fetch = counted  # type: ignore[method-assign]
+    other = {"A": "C", "C": "G", "G": "T", "T": "A"}
+    codon = [Variant("chr1", p, seq[p - 1], other[seq[p - 1]]) for p in (199, 200, 201) for _ in range(3)]
+    _, windows, _ = check_variants(genome, codon, 64, centres=[200] * len(codon))
+    assert len(reads) == 1  # nine SNVs, one window
+    assert windows == [variant_windows(genome, v, 64, "x", centre=200) for v in codon]
+    # a wrong reference allele inside a window read before is still found, and named
+    wrong = Variant("chr1", 200, other[seq[199]], seq[199])
+    with pytest.raises(SkippableVariantError, match="reference allele .* does not match the genome"):
+        check_variants(genome, [*codon, wrong], 64, centres=[200] * 10)
+    kept, _, skipped = check_variants(genome, [*codon, wrong], 64, skip=True, centres=[200] * 10)
+    assert kept == codon and skipped == [(wrong, f"reference mismatch (genome has {seq[199]})")]
+    # an allele longer than the window: a mismatch is named first, then the window size
+    long_ref = Variant("chr1", 100, seq[99:199], "A")
+    with pytest.raises(GenomeInputError, match="ref allele of 100 bases do not fit in the scoring window of 64"):
+        check_variants(genome, [long_ref], 64)
+    with pytest.raises(SkippableVariantError, match="does not match the genome"):
+        check_variants(genome, [Variant("chr1", 100, "A" * 100, "A")], 64)
