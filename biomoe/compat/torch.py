@@ -59,9 +59,11 @@ def eager_when_compiled(fn: _F) -> _F:
 
 def flash_lower_right(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
     """Causal attention of ``s`` queries after ``L - s`` earlier keys ([b, heads, s, d] against
-    [b, heads, L, d]): query ``i`` sees keys ``0..L - s + i``, by the flash kernel with no mask in
+    [b, kv_heads, L, d]): query ``i`` sees keys ``0..L - s + i``, by the flash kernel with no mask in
     memory; None where that kernel cannot take these inputs (a CPU, fp32, a head size not a
-    multiple of 8), for the caller's own path.
+    multiple of 8), for the caller's own path. ``kv_heads`` may divide ``heads`` (grouped-query
+    attention): the kernel reads each key/value head for its group of query heads, so they are not
+    repeated in memory first.
 
     SDPA's ``is_causal`` aligns to the upper left; the flash op's own flag, called directly, aligns
     to the lower right (the contract torch's ``causal_lower_right`` bias is built on). That bias is
@@ -79,10 +81,11 @@ def flash_lower_right(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
 def flash_capability_params(q: Tensor, k: Tensor, v: Tensor) -> Any:
     """What :func:`flash_lower_right` asks ``can_use_flash_attention`` about: no mask and *no*
     causal flag, since that check refuses a causal flag with more keys than queries (SDPA's flag
-    means upper-left, which the flash kernel does not do for them; its own flag is lower-right)."""
+    means upper-left, which the flash kernel does not do for them; its own flag is lower-right);
+    grouped-query heads when the key/value heads are fewer than the query heads."""
     from torch.backends.cuda import SDPAParams
 
-    return SDPAParams(q, k, v, None, 0.0, False, False)
+    return SDPAParams(q, k, v, None, 0.0, False, k.shape[1] != q.shape[1])
 
 
 def has_grouped_mm() -> bool:

@@ -186,14 +186,16 @@ class StaticKVCache:
 def _continued_attention(q: Tensor, k: Tensor, v: Tensor, past: int) -> Tensor:
     """Attention of ``s`` new queries after ``past`` cached tokens: query ``i`` sits at position
     ``past + i`` and sees keys ``0..past + i`` (causal, aligned to the lower right; SDPA's
-    ``is_causal`` aligns top-left). On CUDA in bf16/fp16 the flash kernel does it with no mask
-    (:func:`biomoe.compat.torch.flash_lower_right`). Elsewhere, while the cache holds no more than
-    the new tokens, the queries take the last rows of a square causal attention whose first
-    ``past`` rows are zeros and are dropped (no mask in memory, at most a third more attention
-    work); past a longer cache a boolean mask wastes less."""
+    ``is_causal`` aligns top-left). ``k``/``v`` may hold fewer (grouped-query) heads than ``q``.
+    On CUDA in bf16/fp16 the flash kernel does it with no mask and reads the grouped heads in place
+    (:func:`biomoe.compat.torch.flash_lower_right`). Elsewhere the heads are repeated and, while the
+    cache holds no more than the new tokens, the queries take the last rows of a square causal
+    attention whose first ``past`` rows are zeros and are dropped (no mask in memory, at most a
+    third more attention work); past a longer cache a boolean mask wastes less."""
     out = flash_lower_right(q, k, v)
     if out is not None:
         return out
+    k, v = expand_kv_heads(k, v, q.shape[1])
     b, h, s, d = q.shape
     if past <= s:
         padded = torch.cat([q.new_zeros(b, h, past, d), q], dim=2)
@@ -233,13 +235,12 @@ class Attention(nn.Module):
             return self.o_proj(self.core_attention(q, k, v, documents))
         elif documents is not None:
             return self.o_proj(document_attention(q, k, v, documents))
-        k, v = expand_kv_heads(k, v, self.num_heads)
-        if past == 0:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        elif s == 1:  # one new token sees everything cached: no mask
-            out = F.scaled_dot_product_attention(q, k, v)
+        if past and s > 1:
+            out = _continued_attention(q, k, v, past)  # repeats the grouped heads only where it must
         else:
-            out = _continued_attention(q, k, v, past)
+            k, v = expand_kv_heads(k, v, self.num_heads)
+            # past == 0: causal from the top left; one new token sees everything cached: no mask
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=past == 0)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
     def _static_attention(self, q: Tensor, k: Tensor, v: Tensor, cache: StaticKVCache, layer_id: int) -> Tensor:

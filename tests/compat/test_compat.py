@@ -241,3 +241,6 @@ def test_the_flash_op_takes_a_causal_flag_and_the_lower_right_path_leaves_the_cp
     params = torch_compat.flash_capability_params(q, kv, kv)
     # asked with the causal flag, the capability check would refuse every continued pass (keys > queries)
     assert params.is_causal is False and params.attn_mask is None and params.query is q
+    assert params.enable_gqa is False
+    grouped = torch_compat.flash_capability_params(torch.randn(1, 4, 3, 64, dtype=torch.bfloat16), kv, kv)
+    assert grouped.enable_gqa is True  # two key/value heads for four query heads, read in place

@@ -40,16 +40,18 @@ def test_continued_windows_equal_whole_windows_on_cuda(dtype: torch.dtype, toler
         assert got[i][1] - got[i][0] == pytest.approx(whole, abs=tolerance)
 
 
+@pytest.mark.parametrize("kv_heads", [4, 2])
 @pytest.mark.parametrize("past, new", [(0, 64), (7, 64), (64, 64), (200, 17), (1000, 24)])
-def test_flash_lower_right_is_causal_attention_aligned_to_the_last_key(past: int, new: int) -> None:
+def test_flash_lower_right_is_causal_attention_aligned_to_the_last_key(past: int, new: int, kv_heads: int) -> None:
     from biomoe.compat.torch import flash_lower_right
 
     torch.manual_seed(1)
     q = torch.randn(2, 4, new, 64, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(2, 4, past + new, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(2, kv_heads, past + new, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     got = flash_lower_right(q, k, v)
     assert got is not None
     mask = torch.ones(new, past + new, dtype=torch.bool, device="cuda").tril(diagonal=past)
+    k, v = k.repeat_interleave(4 // kv_heads, dim=1), v.repeat_interleave(4 // kv_heads, dim=1)
     want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
     assert (got.float() - want).abs().max().item() < 2e-2
     assert flash_lower_right(q.float(), k.float(), v.float()) is None  # fp32: no flash kernel

@@ -30,6 +30,14 @@ def test_continued_attention_is_causal_from_the_lower_right(past: int, new: int)
         torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
+def test_continued_attention_takes_grouped_key_value_heads() -> None:
+    torch.manual_seed(3)
+    q = torch.randn(2, 4, 9, 16, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 21, 16, dtype=torch.float64) for _ in range(2))
+    want = reference_attention(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), 12)
+    torch.testing.assert_close(_continued_attention(q, k, v, 12), want)
+
+
 @pytest.mark.parametrize("split", [1, 20, 32, 50])
 def test_a_sequence_fed_in_two_parts_scores_as_one_pass(split: int) -> None:
     torch.manual_seed(0)
