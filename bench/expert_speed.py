@@ -69,8 +69,7 @@ def read_run(run_dir: Path) -> dict:
 def speed(args: argparse.Namespace) -> int:
     out, runs = Path(args.out), Path(args.runs)
     if args.merge:
-        results, args.machine, commands = merged_results([Path(p) for p in args.merge])
-        args.steps = sorted({json.loads(Path(p).read_text()).get("steps") for p in args.merge} - {None})
+        results, args.machine, commands, args.steps = merged_results([Path(p) for p in args.merge])
         args.command = args.command or "\n".join(commands)  # the benches that measured the rows
         print(_write(args, out, results))
         return 0
@@ -113,16 +112,19 @@ def speed(args: argparse.Namespace) -> int:
     return 0
 
 
-def merged_results(paths: list[Path]) -> tuple[dict[str, dict], str, list[str]]:
-    """The runs of several ``speed.json`` files (benches that each ran part of the rows on one machine
-    kind) as one result set; refuses files from different GPUs, whose rates do not compare."""
+def merged_results(paths: list[Path]) -> tuple[dict[str, dict], str, list[str], list[int]]:
+    """(rows, GPU, commands, steps per fit) of several ``speed.json`` files (benches that each ran part
+    of the rows on one machine kind, or tables merged before) as one result set; refuses files from
+    different GPUs, whose rates do not compare."""
     results: dict[str, dict] = {}
-    machines, commands = set(), []
+    machines, commands, steps = set(), [], set()
     for path in paths:
         try:
             data = json.loads(path.read_text())
             machines.add(data["machine"])
             commands.append(data["command"])
+            counts = data.get("steps")  # one bench's step count, or the list of a merged table
+            steps.update(counts if isinstance(counts, list) else [] if counts is None else [counts])
             for row in data["contenders"]:
                 entry = results.setdefault(row["name"], {k: row[k] for k in ("size", "variant", "kernels", "command")}
                                            | {"runs": []})
@@ -131,7 +133,7 @@ def merged_results(paths: list[Path]) -> tuple[dict[str, dict], str, list[str]]:
             raise SystemExit(f"biomoe: error: {path}: not a speed.json ({error})") from None
     if len(machines) > 1:
         raise SystemExit(f"biomoe: error: --merge: the files come from different GPUs ({', '.join(sorted(machines))})")
-    return results, machines.pop() if machines else "", commands
+    return results, machines.pop() if machines else "", commands, sorted(steps)
 
 
 def _write(args: argparse.Namespace, out: Path, results: dict[str, dict]) -> str:

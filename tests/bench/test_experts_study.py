@@ -317,20 +317,27 @@ def test_speed_merge_joins_the_runs_of_several_benches_and_refuses_mixed_gpus(tm
 
     from bench.expert_speed import merged_results
 
-    def bench_file(name: str, machine: str, rows: list[tuple[str, str, list[float]]]) -> Path:
+    def bench_file(name: str, machine: str, rows: list[tuple[str, str, list[float]]], steps=80) -> Path:
         contenders = [{"name": f"base-{variant}-{kernels}", "size": "base", "variant": variant, "kernels": kernels,
                        "command": "fit", "runs": [{"tokens_per_s": r} for r in rates]}
                       for variant, kernels, rates in rows]
         path = tmp_path / name
-        path.write_text(json.dumps({"command": f"bench {name}", "machine": machine, "contenders": contenders}))
+        path.write_text(json.dumps({"command": f"bench {name}", "machine": machine, "steps": steps,
+                                    "contenders": contenders}))
         return path
 
     first = bench_file("a.json", "H100", [("dense", "torch", [700.0, 710.0]), ("moe", "torch", [500.0])])
-    second = bench_file("b.json", "H100", [("moe", "torch", [520.0, 530.0]), ("fine", "torch", [400.0])])
-    results, machine, commands = merged_results([first, second])
-    assert machine == "H100" and commands == ["bench a.json", "bench b.json"]
+    second = bench_file("b.json", "H100", [("moe", "torch", [520.0, 530.0]), ("fine", "torch", [400.0])], 60)
+    results, machine, commands, steps = merged_results([first, second])
+    assert machine == "H100" and commands == ["bench a.json", "bench b.json"] and steps == [60, 80]
     assert [r["tokens_per_s"] for r in results["base-moe-torch"]["runs"]] == [500.0, 520.0, 530.0]
     assert set(results) == {"base-dense-torch", "base-moe-torch", "base-fine-torch"}
+    # a table merged before (its steps a list) merges again with a new bench
+    merged = bench_file("merged.json", "H100", [("moe", "torch", [500.0, 520.0])], [60, 80])
+    third = bench_file("c.json", "H100", [("moe", "torch", [540.0])], 40)
+    results, _, _, steps = merged_results([merged, third])
+    assert steps == [40, 60, 80]
+    assert [r["tokens_per_s"] for r in results["base-moe-torch"]["runs"]] == [500.0, 520.0, 540.0]
     other = bench_file("c.json", "H200", [("dense", "torch", [900.0])])
     with pytest.raises(SystemExit, match="different GPUs"):
         merged_results([first, other])
