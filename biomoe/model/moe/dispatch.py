@@ -53,8 +53,7 @@ class _GatherCopies(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
         (row_of_slot,) = ctx.saved_tensors
-        picked = grad.index_select(0, row_of_slot).view(-1, ctx.copies, grad.shape[-1])
-        return picked.sum(1), None, None, None
+        return weighted_sum_of_slots(grad, None, row_of_slot, ctx.copies), None, None, None
 
 
 def weighted_sum_of_slots(rows: Tensor, weights: Tensor | None, row_of_slot: Tensor, top_k: int) -> Tensor:
