@@ -13,8 +13,10 @@ backward, causal attention scores and values counted whole) against the GPU's bf
         --variants dense,moe,fine,fine64 --kernels default,torch,te --rounds 3 --out results/experts/speed
     python -m bench.experts speed --merge a/speed.json b/speed.json --out results/experts/speed
 
-``--merge`` writes one table from benches that each ran part of the rows on one kind of GPU (a
-machine held for a limited time runs a few rows per call).
+Beside the table (``speed.md``, ``speed.json``) it draws ``speed.png``: tokens/s of every row with
+its range and its ratio to the dense model. ``--merge`` writes one table (and picture) from benches
+that each ran part of the rows on one kind of GPU (a GPU booked for short slots runs a few rows
+at a time).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from biomoe.files import write_text
+from biomoe.files import save_figure, write_text
 
 from bench.expert_contenders import contender_args
 from bench.timing import datasheet_peak_tflops
@@ -143,7 +145,8 @@ def _write(args: argparse.Namespace, out: Path, results: dict[str, dict]) -> str
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "speed.json", json.dumps({"command": command, "machine": gpu, "steps": args.steps,
                                                "contenders": table}, indent=1) + "\n")
-    text = speed_markdown(table, gpu, command)
+    picture = speed_plot(table, gpu, out / "speed.png")
+    text = speed_markdown(table, gpu, command, picture.name if picture else None)
     write_text(out / "speed.md", text)
     return text
 
@@ -182,7 +185,7 @@ def _row_order(row: dict) -> tuple:
     return place(row["size"], list(SIZES)), place(row["kernels"], list(KERNEL_ARGS)), place(row["variant"], VARIANTS)
 
 
-def speed_markdown(rows: list[dict], gpu: str, command: str) -> str:
+def speed_markdown(rows: list[dict], gpu: str, command: str, picture: str | None = None) -> str:
     lines = [f"Each model alone on one {gpu}, `cli.py fit` of configs/corpus-study.yaml; median (range) of the "
              "interleaved runs; MFU against the bf16 dense peak.", "",
              "| size | variant | kernels | runs | tokens/s | range | vs dense | TFLOP/s | MFU | peak GiB |",
@@ -198,7 +201,55 @@ def speed_markdown(rows: list[dict], gpu: str, command: str) -> str:
         lines.append(f"| {r['size']} | {r['variant']} | {r['kernels']} | {runs} | {r['tokens_per_s'] / 1e3:.0f}k | "
                      f"{lo / 1e3:.0f}k–{hi / 1e3:.0f}k | {ratio} | {r['tflops']:.0f} | {mfu} | "
                      f"{r['peak_memory_gib']:.1f} |")
+    if picture:
+        lines += ["", f"![tokens/s of every row against its dense twin]({picture})"]
     return "\n".join(lines) + f"\n\n```bash\n{command}\n```\n"
+
+
+def speed_plot(rows: list[dict], gpu: str, path: Path) -> Path | None:
+    """Bars of tokens/s (median, whiskers the range) for every variant, one panel per size, one colour
+    per kernel set, each bar labelled with its ratio to the dense model: the premium of the experts
+    at a glance. ``None`` (no file) without matplotlib or without a measured row."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    measured = sorted((r for r in rows if "tokens_per_s" in r), key=_row_order)
+    if not measured:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = list(dict.fromkeys(r["size"] for r in measured))
+    kernels = list(dict.fromkeys(r["kernels"] for r in sorted(measured, key=lambda r: _row_order(r)[1])))
+    width = 0.8 / len(kernels)
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4.5 * len(sizes), 3.6), squeeze=False)
+    for ax, size in zip(axes[0], sizes):
+        here = [r for r in measured if r["size"] == size]
+        variants = list(dict.fromkeys(r["variant"] for r in here))
+        for k, kernel in enumerate(kernels):
+            bars = [(variants.index(r["variant"]), r) for r in here if r["kernels"] == kernel]
+            if not bars:
+                continue
+            xs = [i + (k - (len(kernels) - 1) / 2) * width for i, _ in bars]
+            mids = [r["tokens_per_s"] / 1e3 for _, r in bars]
+            spans = [[m - r["tokens_per_s_range"][0] / 1e3 for m, (_, r) in zip(mids, bars)],
+                     [r["tokens_per_s_range"][1] / 1e3 - m for m, (_, r) in zip(mids, bars)]]
+            ax.bar(xs, mids, width, yerr=spans, capsize=2, label=f"{kernel} kernels")
+            for x, (_, r) in zip(xs, bars):
+                if "vs_dense" in r:  # above the whisker
+                    ax.text(x, r["tokens_per_s_range"][1] / 1e3, f"{r['vs_dense']:.2f}x", ha="center",
+                            va="bottom", fontsize=7)
+        ax.set_xticks(range(len(variants)), variants)
+        ax.set_title(f"{size}")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("tokens/s (thousands), each model alone")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle(f"MoE step against its dense twin, {gpu}", fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _gpu_name() -> str:

@@ -364,3 +364,36 @@ def test_speed_table_lists_sizes_kernels_and_variants_in_order_with_the_run_coun
     body = [line.split(" | ")[:4] for line in text.splitlines() if line.startswith("| base") or line.startswith("| 4x")]
     assert body == [["| base", "moe", "torch", "1"], ["| base", "dense", "te", "3"], ["| base", "fine", "te", "3"],
                     ["| 4x", "moe", "torch", "2"]]
+
+
+def test_speed_bench_draws_every_measured_row_and_links_the_picture(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    import argparse
+    import json
+
+    from bench.expert_speed import _write, speed_plot
+
+    def entry(size: str, variant: str, kernels: str, rates: list[float]) -> dict:
+        model = {"hidden_size": 64, "num_heads": 4, "num_kv_heads": 2, "ffn_hidden_size": 128, "num_layers": 2,
+                 "vocab_size": 64, "num_experts": 4, "top_k": 2} | ({"moe_layers": []} if variant == "dense" else {})
+        return {"size": size, "variant": variant, "kernels": kernels, "command": "fit",
+                "runs": [{"tokens_per_s": r, "peak_memory_gib": 1.0, "model": model, "seq_length": 256}
+                         for r in rates]}
+
+    results = {"base-dense-torch": entry("base", "dense", "torch", [900.0, 1000.0, 1100.0]),
+               "base-moe-torch": entry("base", "moe", "torch", [700.0]),
+               "4x-moe-te": entry("4x", "moe", "te", [300.0])}
+    args = argparse.Namespace(machine="NVIDIA H100 80GB HBM3", command="bench", steps=60)
+    out = tmp_path / "speed"
+    text = _write(args, out, results)
+    assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "](speed.png)" in text and (out / "speed.md").read_text() == text
+    assert json.loads((out / "speed.json").read_text())["machine"] == "NVIDIA H100 80GB HBM3"
+    # rows that all failed draw nothing (and the table links no picture)
+    failed = {"base-moe-torch": {"size": "base", "variant": "moe", "kernels": "torch", "command": "fit",
+                                 "runs": [{"exit": 1}]}}
+    from bench.expert_speed import summarise
+
+    assert speed_plot(summarise(failed, "GPU"), "GPU", tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
+    assert "speed.png" not in _write(args, tmp_path / "failed", failed)
