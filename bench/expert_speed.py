@@ -235,7 +235,7 @@ def speed_plot(rows: list[dict], gpu: str, path: Path) -> Path | None:
             mids = [r["tokens_per_s"] / 1e3 for _, r in bars]
             spans = [[m - r["tokens_per_s_range"][0] / 1e3 for m, (_, r) in zip(mids, bars)],
                      [r["tokens_per_s_range"][1] / 1e3 - m for m, (_, r) in zip(mids, bars)]]
-            ax.bar(xs, mids, width, yerr=spans, capsize=2, label=f"{kernel} kernels")
+            ax.bar(xs, mids, width, yerr=spans, capsize=2, color=f"C{k}", label=f"{kernel} kernels")
             for x, (_, r) in zip(xs, bars):
                 if "vs_dense" in r:  # above the whisker
                     ax.text(x, r["tokens_per_s_range"][1] / 1e3, f"{r['vs_dense']:.2f}x", ha="center",
@@ -244,7 +244,8 @@ def speed_plot(rows: list[dict], gpu: str, path: Path) -> Path | None:
         ax.set_title(f"{size}")
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("tokens/s (thousands), each model alone")
-    axes[0][-1].legend(fontsize=8)
+    handles = {label: handle for ax in axes[0] for handle, label in zip(*ax.get_legend_handles_labels())}
+    axes[0][-1].legend(handles.values(), handles.keys(), fontsize=8)  # every kernel set, whichever panel has it
     fig.suptitle(f"MoE step against its dense twin, {gpu}", fontsize=10)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
