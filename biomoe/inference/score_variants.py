@@ -230,6 +230,15 @@ class SkippableVariantError(GenomeInputError):
         self.reason = reason
 
 
+def upper_bases(genome: SequenceReader) -> Callable[[int, int, int], str]:
+    """``read(contig index, start, end)``: those bases of ``genome``, upper-cased (soft-masked
+    lower case is the same base to the model and to the reference-allele check)."""
+    def read(contig: int, start: int, end: int) -> str:
+        return genome.fetch(contig, start, end).upper()
+
+    return read
+
+
 def variant_windows(genome: SequenceReader, variant: Variant, window: int, source: str,
                     names: ContigNames | None = None, centre: int | None = None,
                     read: Callable[[int, int, int], str] | None = None) -> tuple[int, str, str]:
@@ -239,7 +248,7 @@ def variant_windows(genome: SequenceReader, variant: Variant, window: int, sourc
     ``names``: the contigs of ``genome`` (built from it when not given). ``centre``: the 1-based
     position to centre the window on instead of the variant (variants near each other, e.g. the
     SNVs of one codon, then share one reference window), moved as little as needed to hold the
-    variant. ``read(contig index, start, end)``: those bases upper-cased (``genome.fetch`` when not
+    variant. ``read(contig index, start, end)``: those bases upper-cased (:func:`upper_bases` when not
     given; :func:`check_variants` passes one that remembers recent windows, so variants that share
     a window read it once)."""
     names = ContigNames(genome) if names is None else names
@@ -255,9 +264,7 @@ def variant_windows(genome: SequenceReader, variant: Variant, window: int, sourc
     if end > length:
         raise SkippableVariantError(source, f"variant {variant.label()}: position beyond contig end ({length:,} bp)",
                                     f"beyond contig end ({length} bp)")
-    if read is None:
-        def read(contig: int, first: int, last: int) -> str:
-            return genome.fetch(contig, first, last).upper()
+    read = upper_bases(genome) if read is None else read
     longest = max(len(variant.ref), len(variant.alt))
     size = min(window, length)
     start, ref_seq = begin, ""
@@ -307,11 +314,8 @@ def check_variants(genome: SequenceReader, variants: list[Variant], window: int,
     :func:`prepare_windows`: the first unscorable variant stops with one line. ``centres``: one
     1-based position per variant to centre its window on (:func:`variant_windows`)."""
     names = ContigNames(genome)
-
-    @lru_cache(maxsize=64)  # a codon's SNVs, or variants close together, share one reference window
-    def read(index: int, start: int, end: int) -> str:
-        return genome.fetch(index, start, end).upper()
-
+    # a codon's SNVs, or variants close together, share one reference window: read it once
+    read = lru_cache(maxsize=64)(upper_bases(genome))
     kept: list[Variant] = []
     prepared: list[tuple[int, str, str]] = []
     skipped: list[tuple[Variant, str]] = []
