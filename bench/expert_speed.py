@@ -233,8 +233,8 @@ def speed_plot(rows: list[dict], gpu: str, path: Path) -> Path | None:
                 continue
             xs = [i + (k - (len(kernels) - 1) / 2) * width for i, _ in bars]
             mids = [r["tokens_per_s"] / 1e3 for _, r in bars]
-            spans = [[m - r["tokens_per_s_range"][0] / 1e3 for m, (_, r) in zip(mids, bars)],
-                     [r["tokens_per_s_range"][1] / 1e3 - m for m, (_, r) in zip(mids, bars)]]
+            spans = [[(r["tokens_per_s"] - r["tokens_per_s_range"][0]) / 1e3 for _, r in bars],
+                     [(r["tokens_per_s_range"][1] - r["tokens_per_s"]) / 1e3 for _, r in bars]]
             ax.bar(xs, mids, width, yerr=spans, capsize=2, color=f"C{k}", label=f"{kernel} kernels")
             for x, (_, r) in zip(xs, bars):
                 if "vs_dense" in r:  # above the whisker
