@@ -25,8 +25,11 @@ class Contender:
 
 
 def build_hf(shape: BenchShape, experts_impl: str, device: torch.device, fused_adam: bool = False,
-             amp: bool = False, label: str | None = None) -> Contender:
+             amp: bool = False, compile_model: bool = False, label: str | None = None) -> Contender:
     """HF Mixtral with the given experts implementation ("grouped_mm", "eager").
+
+    ``compile_model``: the forward runs through ``torch.compile(model)``, the training step an HF
+    user writes to go faster (the compilation falls in the warm-up steps).
 
     Pure bf16 weights by default. ``amp``: fp32 weights with the forward under
     ``torch.autocast(bfloat16)``, which is what HF's Trainer does with ``bf16=True`` on an fp32
@@ -47,15 +50,17 @@ def build_hf(shape: BenchShape, experts_impl: str, device: torch.device, fused_a
     if not amp:
         model = model.to(torch.bfloat16)
     model.config.use_cache = False
+    forward = torch.compile(model) if compile_model else model
 
     def loss_fn(ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            logits = model(input_ids=ids, use_cache=False).logits
+            logits = forward(input_ids=ids, use_cache=False).logits
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
     if label is None:
         label = "hf-default(grouped_mm)" if experts_impl == "grouped_mm" else f"hf-{experts_impl}"
         label += ("+amp" if amp else "") + ("+fused-adamw" if fused_adam else "")
+        label += "+compile" if compile_model else ""
     return Contender(label, model, loss_fn, fused_adam=fused_adam)
 
 

@@ -1,12 +1,13 @@
 """``python -m bench``: Hugging Face Mixtral against biomoe, on one GPU, in one process.
 
-Every row trains the same shape on the same token batch and is timed the same way: HF baselines
-(pure bf16 + fused AdamW, fp32 weights under bf16 autocast + fused AdamW, the eager experts loop),
-biomoe's bare training loop, and the product path — a Lightning Trainer built from a shipped
+Every row trains the same shape on the same token batch and is timed the same way: HF's
+configurations (grouped_mm or eager experts, each with and without torch.compile, pure bf16, fused
+AdamW: the fastest of them in the same run is the shape's baseline; also fp32 weights under bf16
+autocast), biomoe's bare training loop, and the product path — a Lightning Trainer built from a shipped
 config exactly as ``cli.py fit`` builds it. Writes ``bench.json`` (one record per row), ``bench.md``
 and ``bench.png`` into ``--out``, rewritten after every row.
 
-    python -m bench                      # full sweep (~14 min on an H200)
+    python -m bench                      # full sweep (its duration: settings.wall_s in bench.json)
     python -m bench --quick              # one shape, bf16, few steps (~1-2 min)
     python -m bench --rows '*@16384/*/fp8-block'   # only matching rows (+ their baseline)
     python -m bench --list               # print the row ids and exit
@@ -38,7 +39,7 @@ from bench.inference import INFERENCE_TASKS, InferenceSettings, default_fasta, p
 from bench.models import Contender, ReferenceInit, build_biomoe, build_hf, reference_init
 from bench.product import CLI_VARIANTS, DEFAULT_CONFIG, config_expert_backend, read_config, run_cli
 from bench.profile import profile_steps
-from bench.records import BASELINE, BenchRecord, Row, combine_runs, fill_ratios, select_rows
+from bench.records import BASELINE, HF_STRONGEST, BenchRecord, Row, combine_runs, fill_ratios, select_rows
 from bench.report import environment, report_dict, write_report
 from bench.shapes import DEFAULT_CASES, QUICK_CASES, SHAPE_RECIPES, SHAPES, BenchShape, parse_case
 from bench.timing import free_memory, peak_memory_gb, throughput, time_training
@@ -47,15 +48,19 @@ from biomoe.files import write_text
 from biomoe.precisions import PRECISIONS, parse_precision
 
 HF_CONTENDERS: dict[str, dict[str, Any]] = {
-    "hf-bf16-fused": dict(experts_impl="grouped_mm", amp=False, fused_adam=True,
+    "hf-bf16-fused": dict(experts_impl="grouped_mm", amp=False, fused_adam=True, compile_model=False,
                           about="HF MixtralForCausalLM, pure bf16 weights, grouped_mm experts, "
-                                "torch.optim.AdamW(fused=True): the baseline"),
-    "hf-amp-fused": dict(experts_impl="grouped_mm", amp=True, fused_adam=True,
+                                "torch.optim.AdamW(fused=True): the reference of the ratio column"),
+    "hf-bf16-fused-compile": dict(experts_impl="grouped_mm", amp=False, fused_adam=True, compile_model=True,
+                                  about="hf-bf16-fused with the model's forward through torch.compile"),
+    "hf-eager": dict(experts_impl="eager", amp=False, fused_adam=True, compile_model=False,
+                     about="HF MixtralForCausalLM, pure bf16, eager experts loop, fused AdamW"),
+    "hf-eager-compile": dict(experts_impl="eager", amp=False, fused_adam=True, compile_model=True,
+                             about="hf-eager with the model's forward through torch.compile"),
+    "hf-amp-fused": dict(experts_impl="grouped_mm", amp=True, fused_adam=True, compile_model=False,
                          about="HF MixtralForCausalLM, fp32 weights under torch.autocast(bfloat16) "
                                "(HF Trainer bf16=True on an fp32 model), grouped_mm experts, fused AdamW"),
-    "hf-eager": dict(experts_impl="eager", amp=False, fused_adam=True,
-                     about="HF MixtralForCausalLM, pure bf16, eager experts loop, fused AdamW"),
-    "hf-bf16-foreach": dict(experts_impl="grouped_mm", amp=False, fused_adam=False,
+    "hf-bf16-foreach": dict(experts_impl="grouped_mm", amp=False, fused_adam=False, compile_model=False,
                             about="HF MixtralForCausalLM, pure bf16, grouped_mm experts, torch AdamW "
                                   "defaults (foreach)"),
 }
@@ -69,9 +74,10 @@ LOOP_CONTENDERS = {
 GRAPHED_LOOP = "biomoe-loop-graph"
 ABLATION_PREFIX = "biomoe-loop[te "
 LAYER_COMPONENTS = ("norm_backend", "attention_backend", "router_backend", "dispatch_backend")
-DEFAULT_CONTENDERS = ("hf-bf16-fused", "biomoe-loop", "biomoe-loop-graph", "biomoe-cli", "biomoe-cli-repeated",
+DEFAULT_CONTENDERS = (*HF_STRONGEST, "biomoe-loop", "biomoe-loop-graph", "biomoe-cli", "biomoe-cli-repeated",
                       "biomoe-cli-nomaster")
-"""The baseline, the bare loop eager and as one CUDA graph (what the step costs without the host),
+"""Every HF configuration of the strongest baseline (the fastest of them is each shape's baseline),
+the bare loop eager and as one CUDA graph (what the step costs without the host),
 the product path on real data and on the repeated batch, and the product path without master
 weights (the same optimizer work as the bare loop)."""
 ALL_PRECISIONS = tuple(PRECISIONS)
@@ -206,9 +212,9 @@ def loop_builder(row: Row, ctx: BenchContext) -> tuple[Callable[[], Contender], 
         spec = {k: v for k, v in HF_CONTENDERS[name].items() if k != "about"}
         details = {"weights": "fp32 under bf16 autocast" if spec["amp"] else "bf16",
                    "experts": spec["experts_impl"], "optimizer": "torch.optim.AdamW",
-                   "fused": spec["fused_adam"], "init": "HF's (seed 0)"}
+                   "fused": spec["fused_adam"], "torch_compile": spec["compile_model"], "init": "HF's (seed 0)"}
         return (lambda: build_hf(shape, spec["experts_impl"], ctx.device, fused_adam=spec["fused_adam"],
-                                 amp=spec["amp"], label=name)), details
+                                 amp=spec["amp"], compile_model=spec["compile_model"], label=name)), details
     init = ctx.init(shape)
     details = {"weights": "bf16", "optimizer": "torch.optim.AdamW", "fused": True,
                "expert_backend": ctx.expert_backend(shape),
@@ -515,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
             records.extend(combine_runs(runs[row.id]) for row in case_rows if runs[row.id])
             save(final=round_index == args.repeats - 1)
         for record in records[first_index:]:
-            ratio = "" if record.ratio_vs_hf_bf16_fused is None else f"{record.ratio_vs_hf_bf16_fused:5.2f}x"
+            ratio = ("" if record.ratio_vs_fastest_hf is None else
+                     f"{record.ratio_vs_fastest_hf:5.2f}x {record.fastest_hf}")
             spread = ("" if not record.tokens_per_s_range else
                       f" [{record.tokens_per_s_range[0]:.0f}-{record.tokens_per_s_range[1]:.0f}]")
             print(f"{record.id:55s} {record.status:7s} median {(record.tokens_per_s or 0):10.0f} tok/s{spread} {ratio}",

@@ -61,7 +61,9 @@ def test_independent_init_differs_from_the_reference():
 
 
 # ----------------------------------------------------------------------------- the row plan
-from bench.records import BASELINE, BenchRecord, Row, combine_runs, fill_ratios, select_rows  # noqa: E402
+from bench.records import (BASELINE, HF_STRONGEST, BenchRecord, Row, combine_runs, fastest_hf,  # noqa: E402
+                           fill_ratios, select_rows)
+from bench.report import markdown, report_dict  # noqa: E402
 from bench.run import (DEFAULT_CONTENDERS, BenchContext, genome_tokens, main, measure,  # noqa: E402
                               plan_rows, shape_config)
 from bench.shapes import DEFAULT_CASES, parse_case  # noqa: E402
@@ -97,8 +99,9 @@ def test_row_filter_keeps_the_baseline_of_each_kept_shape():
     rows = plan_rows([parse_case("tiny"), parse_case("dna-small")], list(DEFAULT_CONTENDERS), ["bf16", "fp8-block"],
                      ["bf16"])
     kept = select_rows(rows, ["tiny@256/biomoe-cli/*"])
-    assert [r.id for r in kept] == ["tiny@256/hf-bf16-fused/bf16", "tiny@256/biomoe-cli/bf16",
-                                    "tiny@256/biomoe-cli/fp8-block"]
+    assert [r.id for r in kept] == ["tiny@256/hf-bf16-fused/bf16", "tiny@256/hf-bf16-fused-compile/bf16",
+                                    "tiny@256/hf-eager/bf16", "tiny@256/hf-eager-compile/bf16",
+                                    "tiny@256/biomoe-cli/bf16", "tiny@256/biomoe-cli/fp8-block"]
     assert select_rows(rows, []) == rows
 
 
@@ -110,6 +113,32 @@ def test_ratios_are_against_the_baseline_of_the_same_shape_and_tokens():
             BenchRecord.for_row(Row(wide, "biomoe-cli", "bf16"), tokens_per_s=300.0)]
     fill_ratios(recs)
     assert [r.ratio_vs_hf_bf16_fused for r in recs] == [1.0, 1.5, None, None]
+
+
+def test_the_baseline_is_the_fastest_hf_configuration_of_the_same_shape_and_it_is_named():
+    tiny, wide = parse_case("tiny"), parse_case("tiny@512")
+    assert set(HF_STRONGEST) <= set(DEFAULT_CONTENDERS)
+    recs = [BenchRecord.for_row(Row(tiny, BASELINE, "bf16"), tokens_per_s=100.0),
+            BenchRecord.for_row(Row(tiny, "hf-eager", "bf16"), tokens_per_s=120.0),
+            BenchRecord.for_row(Row(tiny, "hf-eager-compile", "bf16"), status="error", error="boom"),
+            BenchRecord.for_row(Row(tiny, "hf-amp-fused", "bf16"), tokens_per_s=500.0),  # not a baseline config
+            BenchRecord.for_row(Row(tiny, "biomoe-cli", "bf16"), tokens_per_s=150.0),
+            BenchRecord.for_row(Row(wide, "hf-bf16-fused-compile", "bf16"), tokens_per_s=80.0),
+            BenchRecord.for_row(Row(wide, BASELINE, "bf16"), tokens_per_s=60.0),
+            BenchRecord.for_row(Row(wide, "biomoe-cli", "bf16"), tokens_per_s=100.0)]
+    fill_ratios(recs)
+    assert {r.case: r.contender for r in fastest_hf(recs).values()} == {
+        "tiny@256": "hf-eager", "tiny@512": "hf-bf16-fused-compile"}
+    cli, wide_cli = recs[4], recs[7]
+    assert cli.fastest_hf == "hf-eager" and cli.ratio_vs_fastest_hf == pytest.approx(1.25)
+    assert cli.ratio_vs_hf_bf16_fused == pytest.approx(1.5)
+    assert wide_cli.fastest_hf == "hf-bf16-fused-compile" and wide_cli.ratio_vs_fastest_hf == pytest.approx(1.25)
+    assert recs[2].ratio_vs_fastest_hf is None
+    report = report_dict(recs, "python -m bench", {"gpu": "X"}, {}, {}, {})
+    assert report["fastest_hf"] == {"tiny@256": "hf-eager", "tiny@512": "hf-bf16-fused-compile"}
+    text = markdown(report)
+    assert "Fastest HF configuration (the baseline): `hf-eager`." in text
+    assert "| biomoe-cli | bf16 | 150 | — | 1 | 1.25× | 1.50× |" in text
 
 
 def test_runs_of_a_row_combine_into_their_median_with_every_run_kept():
