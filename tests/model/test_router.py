@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from biomoe.model.moe.router import TopKRouter, load_balancing_loss, router_z_loss
+from biomoe.model.moe.router import TopKRouter, load_balancing_loss, router_entropy, router_z_loss
 
 
 def reference_route(logits: torch.Tensor, k: int):
@@ -79,9 +79,10 @@ def test_expert_bias_changes_selection_not_weights_and_balances():
     router.train()
     x = torch.randn(256, 8) + 2.0  # strongly skewed inputs favour some experts
     before = router(x)
+    router.update_bias()  # clears the evaluation's counts: the loop starts from a bias of 0.05 steps
+    router.expert_bias.zero_()
     imbalance_before = before.tokens_per_expert.max().item()
-    for _ in range(200):
-        router.reset_stats()
+    for _ in range(200):  # as training runs: no statistics reset between steps
         router(x)
         router.update_bias()
     after = router(x)
@@ -97,9 +98,61 @@ def test_router_entropy_statistic():
     with torch.no_grad():
         router.gate.weight.zero_()  # uniform routing: normalised entropy exactly 1
     router(torch.randn(10, 8))
-    assert router.mean_router_entropy() == pytest.approx(1.0, abs=1e-6)
+    assert router_entropy(router.entropy_sum, 4).item() == pytest.approx(1.0, abs=1e-6)
     router.reset_stats()
     with torch.no_grad():
         router.gate.weight.copy_(torch.eye(4, 8) * 50)  # one-hot-ish routing: entropy near 0
     router(torch.eye(4, 8).repeat(3, 1))
-    assert router.mean_router_entropy() < 0.01
+    assert router_entropy(router.entropy_sum, 4).item() < 0.01
+    router.reset_stats()
+    assert router_entropy(router.entropy_sum, 4) is None
+
+
+def _bias_trajectory(reset_every: int, steps: int = 300) -> tuple[list[torch.Tensor], list[int]]:
+    """Aux-loss-free training of one router on skewed input (256 tokens, 4 experts), its load
+    statistics reset for logging every ``reset_every`` steps (0: never): the bias after each step
+    and the busiest expert's tokens in each step."""
+    torch.manual_seed(2)
+    router = TopKRouter(8, 4, 1, bias_update_rate=0.01)
+    router.train()
+    x = torch.randn(256, 8) + 2.0
+    biases, busiest = [], []
+    for step in range(1, steps + 1):
+        busiest.append(int(router(x).tokens_per_expert.max()))
+        router.update_bias()
+        biases.append(router.expert_bias.clone())
+        if reset_every and step % reset_every == 0:
+            router.reset_stats()
+    return biases, busiest
+
+
+def test_bias_update_uses_this_steps_load_whatever_the_logging_interval():
+    every_step, busiest_every = _bias_trajectory(1)
+    for interval in (0, 50):
+        biases, busiest = _bias_trajectory(interval)
+        assert busiest == busiest_every
+        for a, b in zip(biases, every_step):
+            assert torch.equal(a, b)
+    # and it balances: the busiest expert of the last steps holds far less than all 256 tokens
+    assert max(busiest_every[-10:]) < 140
+
+
+def test_gradient_accumulation_updates_the_bias_from_all_micro_batches_of_the_step():
+    torch.manual_seed(3)
+    router = TopKRouter(8, 4, 1, bias_update_rate=0.1)
+    router.train()
+    first, second = torch.randn(64, 8) + 2.0, torch.randn(64, 8) - 2.0
+    counts = router(first).tokens_per_expert + router(second).tokens_per_expert
+    router.update_bias()
+    expected = 0.1 * torch.sign(counts.float().mean() - counts.float())
+    assert torch.equal(router.expert_bias, expected)
+    assert router.step_counts.abs().sum() == 0  # the next step counts from zero
+    assert torch.equal(router.load_counts, counts.float())  # the logging window keeps them
+
+
+def test_evaluation_forwards_do_not_move_the_bias():
+    router = TopKRouter(8, 4, 1, bias_update_rate=0.1)
+    router.eval()
+    router(torch.randn(64, 8) + 2.0)
+    router.update_bias()
+    assert router.expert_bias.abs().sum() == 0

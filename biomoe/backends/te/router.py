@@ -51,12 +51,11 @@ class TEFusedTopKRouter(TopKRouter):
         _, probs = fused_compute_score_for_moe_aux_loss(logits, self.top_k, "softmax")
         if self.stats_reducer is None:
             aux = fused_moe_aux_loss(probs, counts, flat.shape[0], self.num_experts, self.top_k, 1.0)
-            stats = (counts.float(), probs.detach().sum(0),
-                     torch.full((), float(flat.shape[0]), dtype=torch.float32, device=flat.device))
+            stats_counts = counts.float()
         else:
-            stats = self._global_stats(counts, probs)  # (counts, prob sums, tokens)
-            aux = self._aux_loss(stats[1], stats[0], stats[2])
-        self._accumulate(*stats)
+            stats_counts, prob_sums, tokens = self._global_stats(counts, probs)
+            aux = self._aux_loss(prob_sums, stats_counts, tokens)
+        self._accumulate(stats_counts)
         self._accumulate_entropy(probs)  # full softmax over experts, as the torch router logs
         return RoutingResult(indices, weights, counts, probs, aux, router_z_loss(logits))
 
@@ -66,10 +65,11 @@ def routed_experts(dense_weights: Tensor, routing_map: Tensor, top_k: int) -> tu
 
     A plain ``topk`` of ``dense_weights`` is not enough: when one logit dwarfs the others (a
     diverging run), the second routed expert's softmax weight underflows to 0.0 and ties with
-    every unrouted expert, so ``topk`` may name an expert the map does not. The per-expert counts
-    (taken from the map) then disagree with the ids the dispatcher permutes by, and TE's padded
-    permute would place rows by counts that do not match them.
-    Adding the map as +2 (weights are at most 1) ranks routed experts first in every row."""
+    every unrouted expert, so ``topk`` may name an expert the map does not route the token to.
+    Adding the map as +2 (weights are at most 1) ranks routed experts first in every row. The
+    per-expert counts are then taken from these ids (not from the map, see
+    :meth:`TEFusedTopKRouter._fused_forward`), so the counts and the ids the dispatcher permutes by
+    always agree."""
     score = dense_weights + 2.0 * routing_map.to(dense_weights.dtype)
     indices = torch.topk(score, top_k, dim=-1).indices
     return dense_weights.gather(1, indices), indices

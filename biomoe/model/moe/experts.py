@@ -310,8 +310,7 @@ class GroupedMMBackend(ExpertBackend):
         self._warned = False
 
     def __call__(self, rows, tokens_per_expert, gate_up, down, probs=None):
-        weight_dtype_ok = gate_up.dtype == rows.dtype
-        if not (weight_dtype_ok and grouped_mm_supported(rows, gate_up, down)):
+        if not grouped_mm_supported(rows, gate_up, down):
             if not self._warned:
                 log.warning("grouped backend: torch._grouped_mm unavailable for %s %s on %s; "
                             "using the per-expert loop", tuple(rows.shape), rows.dtype, rows.device)

@@ -6,7 +6,7 @@ from torch import Tensor, nn
 
 from biomoe.model.moe.dispatch import LocalDispatcher, TokenDispatcher
 from biomoe.model.moe.experts import Experts
-from biomoe.model.moe.router import RoutingResult, TopKRouter
+from biomoe.model.moe.router import TopKRouter
 
 
 class MoELayer(nn.Module):
@@ -23,7 +23,6 @@ class MoELayer(nn.Module):
         self.router = router
         self.experts = experts
         self.dispatcher: TokenDispatcher = dispatcher or LocalDispatcher()
-        self.last_routing: RoutingResult | None = None
 
     def forward(self, hidden: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Returns (output with the input's shape, aux loss, z loss)."""

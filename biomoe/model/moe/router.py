@@ -90,12 +90,13 @@ class TopKRouter(nn.Module):
         self.gate = nn.Linear(hidden_size, num_experts, bias=False)
         # Persistent: the bias is training state and must survive checkpoint/resume exactly.
         self.register_buffer("expert_bias", torch.zeros(num_experts, dtype=torch.float32))
-        # Non-persistent running statistics read by logging and the bias update.
+        # Non-persistent statistics (window statistics, not model state): ``load_counts`` and
+        # ``entropy_sum`` accumulate between two logging steps; ``step_counts`` holds only the
+        # current optimizer step's assignments (all its micro-batches), which the bias update
+        # reads and clears, so the bias moves by what this step routed whatever the logging interval.
         self.register_buffer("load_counts", torch.zeros(num_experts, dtype=torch.float32),
                              persistent=False)
-        self.register_buffer("prob_sums", torch.zeros(num_experts, dtype=torch.float32),
-                             persistent=False)
-        self.register_buffer("routed_tokens", torch.zeros((), dtype=torch.float32),
+        self.register_buffer("step_counts", torch.zeros(num_experts, dtype=torch.float32),
                              persistent=False)
         self.register_buffer("entropy_sum", torch.zeros(2, dtype=torch.float32), persistent=False)
         """[Σ per-token router entropy (nats), tokens] for logging how decisive routing is."""
@@ -132,7 +133,7 @@ class TopKRouter(nn.Module):
         stats_counts, stats_probs, stats_tokens = self._global_stats(counts, probs)
         aux = self._aux_loss(stats_probs, stats_counts, stats_tokens)
         z = router_z_loss(logits)
-        self._accumulate(stats_counts, stats_probs, stats_tokens)
+        self._accumulate(stats_counts)
         self._accumulate_entropy(probs)
         return RoutingResult(indices, weights, counts, probs, aux, z)
 
@@ -154,12 +155,14 @@ class TopKRouter(nn.Module):
         return load_balancing_loss_from_sums(prob_sums, counts, tokens, self.top_k)
 
     @torch.no_grad()
-    def _accumulate(self, counts: Tensor, prob_sums: Tensor, tokens: Tensor) -> None:
+    def _accumulate(self, counts: Tensor) -> None:
+        """Add this forward's assignments per expert (reduced over the load-balancing group, if
+        any) to the logging window and, with a bias to update, to this step's counts."""
         if not self.training:
             return
         self.load_counts += counts.detach()
-        self.prob_sums += prob_sums.detach()
-        self.routed_tokens += tokens.detach()
+        if self.bias_update_rate > 0:
+            self.step_counts += counts.detach()
 
     @torch.no_grad()
     def _accumulate_entropy(self, probs: Tensor) -> None:
@@ -168,32 +171,28 @@ class TopKRouter(nn.Module):
             self.entropy_sum += torch.stack([entropy.sum(), entropy.new_full((), float(probs.shape[0]))])
 
     @torch.no_grad()
-    def mean_router_entropy(self) -> float | None:
-        """Mean per-token entropy of the router's softmax, normalised by log(E) (1 = uniform)."""
-        if float(self.entropy_sum[1]) == 0:
-            return None
-        return float(self.entropy_sum[0] / self.entropy_sum[1]) / math.log(self.num_experts)
-
-    @torch.no_grad()
     def reset_stats(self) -> None:
+        """Start a new logging window (this step's counts are the bias update's to clear)."""
         self.entropy_sum.zero_()
         self.load_counts.zero_()
-        self.prob_sums.zero_()
-        self.routed_tokens.zero_()
-
-    @torch.no_grad()
-    def load_fraction(self) -> Tensor:
-        """Fraction of routed assignments per expert since the last reset (sums to 1)."""
-        total = self.load_counts.sum().clamp_min(1.0)
-        return self.load_counts / total
 
     @torch.no_grad()
     def update_bias(self) -> None:
-        """Aux-loss-free balancing step: ``b_i += rate · sign(mean_load − load_i)``.
+        """Aux-loss-free balancing step from this optimizer step's load:
+        ``b_i += rate · sign(mean_load − load_i)``, then the step's counts start again from zero.
 
         No host check for empty statistics: with no routed tokens every load is 0, the sign is 0 and
         the bias stays, so the step never waits for the device."""
         if self.bias_update_rate <= 0:
             return
-        error = self.load_counts.mean() - self.load_counts
+        error = self.step_counts.mean() - self.step_counts
         self.expert_bias += self.bias_update_rate * torch.sign(error)
+        self.step_counts.zero_()
+
+
+def router_entropy(entropy_sum: Tensor, num_experts: int) -> Tensor | None:
+    """Mean per-token entropy of the router's softmax, normalised by log(E) (1 = uniform), from a
+    router's ``entropy_sum``; None when no token was routed since the last reset."""
+    if float(entropy_sum[1]) == 0:
+        return None
+    return entropy_sum[0] / entropy_sum[1] / math.log(num_experts)

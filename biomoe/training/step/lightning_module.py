@@ -20,6 +20,7 @@ from biomoe.compat.lightning import attached_trainer, logs_this_step
 from biomoe.model.config import ConfigError, ModelConfig, OptimConfig, RuntimeConfig
 from biomoe.model.documents import DocumentLayout
 from biomoe.model.losses import LN2, masked_cross_entropy_sum, per_position_log_likelihood
+from biomoe.model.moe.router import router_entropy
 from biomoe.model.transformer import MoETransformer
 from biomoe.training.optimization.grad_norms import clip_grad_norm_shared, drop_grad_scale, forget_step_grad_norms
 from biomoe.training.optimization.lr_schedule import warmup_cosine
@@ -241,9 +242,9 @@ class BioMoEModule(L.LightningModule):
             metrics[f"load/layer{layer_idx}/max_over_mean"] = frac.max() * num_experts
             entropy = -(frac * torch.log(frac.clamp_min(1e-12))).sum() / math.log(num_experts)
             metrics[f"load/layer{layer_idx}/entropy"] = entropy
-            if float(entropy_sum[1]) > 0:
-                metrics[f"load/layer{layer_idx}/router_entropy"] = (
-                    entropy_sum[0] / entropy_sum[1] / math.log(num_experts))
+            decisiveness = router_entropy(entropy_sum, num_experts)
+            if decisiveness is not None:
+                metrics[f"load/layer{layer_idx}/router_entropy"] = decisiveness
             router.reset_stats()
         if metrics:
             self.log_dict(metrics, rank_zero_only=True)

@@ -1,11 +1,12 @@
 """Training state that Lightning's checkpoints leave out, so a resumed run continues bit-exactly.
 
 Lightning saves weights, buffers, optimizer, schedulers, loop progress and stateful dataloaders,
-but not (a) the routers' running load statistics, which are non-persistent buffers (they are
-window statistics, not model state, and must not end up in exported weights) yet drive the next
-expert-bias update, and (b) the global random number generators. Without them a run resumed at
-step N takes a different bias step — and draws different random numbers — than the run that was
-never interrupted. :class:`~biomoe.training.step.lightning_module.BioMoEModule` stores both under one checkpoint key.
+but not (a) the routers' running load counts, which are non-persistent buffers (they are
+window statistics, not model state, and must not end up in exported weights) yet are logged at the
+next logging step and, for the current optimizer step, drive the expert-bias update, and (b) the
+global random number generators. Without them a run resumed at step N logs other loads — and draws
+different random numbers — than the run that was never interrupted.
+:class:`~biomoe.training.step.lightning_module.BioMoEModule` stores both under one checkpoint key.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ __all__ = ["CHECKPOINT_KEY", "collect_resume_state", "restore_resume_state"]
 
 CHECKPOINT_KEY = "biomoe_resume_state"
 
-_ROUTER_STATS = ("load_counts", "prob_sums", "routed_tokens")
+_ROUTER_STATS = ("load_counts", "step_counts")
+"""Saved router buffers. Checkpoints of earlier versions also hold ``prob_sums`` and
+``routed_tokens`` (statistics nothing read) and no ``step_counts``: what is missing is left as it
+is, what is no longer kept is ignored."""
 
 
 def _routers(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -54,8 +58,8 @@ def restore_resume_state(model: nn.Module | None, state: dict[str, Any] | None) 
     saved = state.get("routers", {})
     if model is not None:
         for name, router in _routers(model):
-            if name in saved:
-                for s in _ROUTER_STATS:
+            for s in _ROUTER_STATS:
+                if s in saved.get(name, {}):
                     buf = getattr(router, s)
                     buf.copy_(saved[name][s].to(device=buf.device, dtype=buf.dtype))
     rng = state.get("rng", {})
