@@ -15,6 +15,7 @@ is torchtitan's:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,9 +24,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from biomoe.backends.select import BackendSelection, select_backends
+from biomoe.backends.te.precision import PrecisionContext
+from biomoe.errors import ConfigError
 from biomoe.model.activation_checkpointing import apply_activation_checkpointing, check_precision_for_checkpointing
 from biomoe.model.compile import apply_compile
+from biomoe.model.backends import TORCH_BACKENDS, LayerBackends
 from biomoe.model.config import ModelConfig, RuntimeConfig
+from biomoe.model.moe.experts import EXPERT_BACKENDS
 from biomoe.model.transformer import MoETransformer
 
 if TYPE_CHECKING:  # imported where a plan is applied: FSDP and DTensor take most of a second to import
@@ -114,10 +119,13 @@ def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
     if runtime.activation_checkpointing and selection.precision.use_te:
         check_precision_for_checkpointing(selection.precision.name)
 
+    if plan is not None:
+        check_bias_balancing(plan.load_balancing, config.router_bias_update_rate)
     if model is None:
         model = MoETransformer(config, selection.backends)
-    # else: a plain model the caller built (e.g. given weights); it keeps its own kernels and gets
-    # the same parallel steps, in the same order.
+    else:  # a plain model the caller built (e.g. given weights): it keeps its own kernels, and the
+        # line and the precision recipe say what they are; it gets the same parallel steps, in order
+        selection = selection_of(model, selection)
     if plan is not None:
         from biomoe.parallel.parallelize import apply_expert_parallelism
 
@@ -136,3 +144,60 @@ def build_model(config: ModelConfig, runtime: RuntimeConfig | None = None,
         materialize(model, device)
     announce(selection.summary(trainer_precision))
     return BuiltModel(model, selection, announce)
+
+
+def check_bias_balancing(load_balancing: str, bias_update_rate: float) -> None:
+    """The expert bias is replicated on every rank and moved by the load its statistics see: only
+    ``global`` statistics are the same on every rank, with ``ep`` or ``local`` the copies drift apart."""
+    if bias_update_rate > 0 and load_balancing != "global":
+        raise ConfigError(f"model.config.router_bias_update_rate: {bias_update_rate} needs the strategy's "
+                          f"load_balancing: global (it is {load_balancing}: each rank's expert bias would "
+                          "follow its own load and drift apart); set load_balancing: global or the rate to 0")
+
+
+_TORCH_KERNEL_NAMES = {TORCH_BACKENDS.norm: "torch nn.RMSNorm", None: "torch SDPA", TORCH_BACKENDS.router: "torch",
+                       TORCH_BACKENDS.dispatcher: "torch argsort"}
+
+
+def layers_of(model: MoETransformer) -> LayerBackends:
+    """The kernels ``model`` was constructed with, read from its layers."""
+    attention = model.blocks[0].attn.core_attention
+    moe = model.moe_layers()
+    return LayerBackends(norm=type(model.norm),
+                         core_attention=None if attention is None else type(attention),
+                         router=type(moe[0].router) if moe else TORCH_BACKENDS.router,
+                         dispatcher=type(moe[0].dispatcher) if moe else TORCH_BACKENDS.dispatcher,
+                         experts=moe[0].experts.backend_name if moe else TORCH_BACKENDS.experts)
+
+
+def _kernel_name(kind: object) -> str:
+    if kind in _TORCH_KERNEL_NAMES:
+        return _TORCH_KERNEL_NAMES[kind]
+    named = getattr(kind, "backend_name", None) or getattr(kind, "name", None)
+    return named or getattr(kind, "__qualname__", str(kind))
+
+
+def _uses_te(backends: LayerBackends) -> bool:
+    layers = (backends.norm, backends.core_attention, backends.router, backends.dispatcher)
+    return (any(getattr(layer, "__module__", "").startswith("biomoe.backends.te") for layer in layers)
+            or EXPERT_BACKENDS.spec(backends.experts).uses_precision_recipe)
+
+
+def selection_of(model: MoETransformer, selection: BackendSelection) -> BackendSelection:
+    """``selection`` as a given model really runs: its own layers in the kernels line, and TE's
+    precision recipe only when one of them computes in it (else nothing computes in the recipe)."""
+    given = layers_of(model)
+    if given == selection.backends:
+        return selection
+    paths = dict(selection.paths)
+    for key, field_name in (("norm", "norm"), ("attention", "core_attention"), ("router", "router"),
+                            ("dispatch", "dispatcher")):
+        if getattr(given, field_name) != getattr(selection.backends, field_name):
+            paths[key] = _kernel_name(getattr(given, field_name)) + " (the given model's)"
+    if given.experts != selection.backends.experts:
+        paths["experts"] = f"{given.experts} (the given model's)"
+    precision = selection.precision
+    if precision.use_te and not _uses_te(given):
+        precision = PrecisionContext("bf16", use_te=False)  # the line then names the trainer's precision
+    paths.pop("layers", None)  # why auto chose torch: about the selection, not this model
+    return dataclasses.replace(selection, backends=given, precision=precision, paths=paths)

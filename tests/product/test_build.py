@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 import torch
 
 from biomoe.build import build_model
@@ -67,3 +70,55 @@ def test_router_token_counts_stay_fp32_under_a_bf16_default():
         torch.set_default_dtype(previous)
     assert aux.dtype == torch.float32
     torch.testing.assert_close(aux, reference, rtol=0, atol=0)
+
+
+def test_a_given_model_is_announced_and_run_with_its_own_kernels(monkeypatch):
+    """The kernels line and the precision recipe of a model the caller built follow its layers,
+    not the kernels ``runtime`` would have chosen (here: TE layers, as on a GPU with TE)."""
+    import biomoe.backends.select as select
+    from biomoe.model.transformer import MoETransformer
+
+    monkeypatch.setattr(select, "te_usable", lambda device=None: True)
+    lines: list[str] = []
+    given = MoETransformer(tiny())  # plain torch layers, grouped experts
+    built = build_model(tiny(), RuntimeConfig(expert_backend="loop"), "cpu", announce=lines.append, model=given)
+    line = lines[-1]
+    assert "norm=torch nn.RMSNorm" in line and "attention=torch SDPA" in line, line
+    assert "router=torch" in line and "dispatch=torch argsort" in line and "experts=grouped" in line, line
+    assert "te." not in line, line
+    assert not built.selection.precision.use_te  # no te.autocast around layers that are not TE's
+    assert built.selection.backends.experts == "grouped"
+
+
+def test_a_given_model_built_as_selected_keeps_the_selection():
+    from biomoe.backends.select import select_backends
+    from biomoe.model.transformer import MoETransformer
+
+    selection = select_backends(tiny(), RuntimeConfig(), torch.device("cpu"))
+    built = build_model(tiny(), RuntimeConfig(), "cpu", model=MoETransformer(tiny(), selection.backends),
+                        selection=selection)
+    assert built.selection is selection
+
+
+@pytest.mark.parametrize("mode", ["ep", "local"])
+def test_bias_balancing_with_per_group_statistics_is_refused_in_one_line(mode):
+    """With ``ep`` or ``local`` statistics each rank would move its copy of the replicated expert
+    bias by its own load; the build refuses before anything is split or sharded."""
+    from types import SimpleNamespace
+
+    from biomoe.errors import ConfigError
+
+    config = dataclasses.replace(tiny(), router_bias_update_rate=0.01)
+    with pytest.raises(ConfigError) as info:
+        build_model(config, RuntimeConfig(), "cpu", plan=SimpleNamespace(load_balancing=mode))
+    message = str(info.value)
+    assert "\n" not in message and "router_bias_update_rate" in message and mode in message
+    assert "load_balancing: global" in message
+
+
+def test_bias_balancing_with_global_statistics_or_per_group_aux_loss_is_accepted():
+    from biomoe.build import check_bias_balancing
+
+    check_bias_balancing("global", 0.01)
+    check_bias_balancing("ep", 0.0)
+    check_bias_balancing("local", 0.0)
