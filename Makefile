@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.biomoe-installed
 
-.PHONY: install fit test test-slow lint data data-multi data-corpus data-store smoke-2gpu bench notebook clean
+.PHONY: install fit test test-slow lint data data-multi data-corpus data-store smoke-2gpu bench docs-tables notebook clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -83,6 +83,11 @@ BENCH_INFERENCE ?= --inference
 
 bench:
 	$(RUNPY) -m bench --out results/bench $(BENCH_INFERENCE) $(BENCH_ARGS)
+
+# The measurement tables of README.md and docs/ (between <!-- table:NAME --> markers) rendered from
+# their results/ files; tests/product/test_docs_tables.py fails when one differs.
+docs-tables: install
+	$(PY) -m bench.docs_tables
 
 # Runs notebooks/explore.ipynb headless against the best checkpoint of `make fit`'s run
 # (runs/default) when there is one, else against the tiny model (trained first if it has none).

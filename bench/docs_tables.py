@@ -1,0 +1,372 @@
+"""``python -m bench.docs_tables``: the measurement tables of README.md and docs/ rendered from results/.
+
+A table in a document sits between ``<!-- table:NAME -->`` and ``<!-- /table -->``; its text is what
+:data:`TABLES` renders from the results files it names, with the machine, date and software read
+from them. ``--check`` changes nothing and exits 1 naming every table that differs from its files
+(the CPU test suite runs the same check); without it the documents are rewritten in place.
+
+    python -m bench.docs_tables            # re-render every marked table (make docs-tables)
+    python -m bench.docs_tables --check    # exit 1 if a document's table is not what its files say
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from bench.records import HF_STRONGEST, BenchRecord, fastest_hf
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = ("README.md", "docs/*.md")
+OPENING = re.compile(r"<!-- table:[a-z0-9-]+ -->")
+MARKER = re.compile(r"(<!-- table:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+DATES_NOT_IN_FILE = {
+    "results/bench/bench.json": "2026-12-01",
+    "results/bench/recipes-all-shapes/bench.json": "2026-12-03",
+    "results/bench/sweep/small-shapes.json": "2026-12-03",
+    "results/bench/sweep/mixtral.json": "2026-12-03",
+}
+"""Reports written before the bench recorded the date: the day of the commit that added each one
+(its folder's README says the same). A report that records ``environment.date`` is read instead."""
+
+
+class DocsTableError(Exception):
+    """A results file or a marked table that cannot be rendered: one line naming it."""
+
+
+@dataclass(frozen=True)
+class Report:
+    path: str
+    data: dict[str, Any]
+
+    @property
+    def records(self) -> list[BenchRecord]:
+        return [BenchRecord(**r) for r in self.data["records"]]
+
+    @property
+    def date(self) -> str:
+        recorded = self.data.get("environment", {}).get("date")
+        if recorded:
+            return recorded
+        if self.path not in DATES_NOT_IN_FILE:
+            raise DocsTableError(f"{self.path}: records no date (environment.date)")
+        return DATES_NOT_IN_FILE[self.path]
+
+    def machine(self) -> str:
+        env = self.data.get("environment", {})
+        if not env.get("gpu"):
+            raise DocsTableError(f"{self.path}: records no GPU (environment.gpu)")
+        return (f"one {env['gpu']}, {self.date}; torch {env.get('torch')}, Transformer Engine "
+                f"{env.get('transformer_engine')}, transformers {env.get('transformers')}")
+
+
+def read_report(path: str, root: Path = ROOT) -> Report:
+    file = root / path
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise DocsTableError(f"{path}: no such results file") from None
+    except json.JSONDecodeError as err:
+        raise DocsTableError(f"{path}: not JSON ({err.msg}, line {err.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+        raise DocsTableError(f"{path}: not a bench report (no 'records' list)")
+    return Report(path, data)
+
+
+# ----------------------------------------------------------------------------- cells
+def kilo(value: float) -> str:
+    return f"{value / 1e3:,.1f}k"
+
+
+def ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def spread(record: BenchRecord) -> str:
+    low, high = record.tokens_per_s_range or (record.tokens_per_s, record.tokens_per_s)
+    return f"{low / 1e3:,.1f}–{high / 1e3:,.1f}k"
+
+
+def shape_label(record: BenchRecord) -> str:
+    return f"{record.shape}, {record.tokens_per_step:,} tok/step"
+
+
+def pick(records: list[BenchRecord], case: str, contender: str, precision: str = "bf16") -> BenchRecord | None:
+    for r in records:
+        if r.case == case and r.contender == contender and r.precision == precision and r.status == "ok":
+            return r
+    return None
+
+
+def best_fp8(records: list[BenchRecord], case: str, contender: str) -> BenchRecord | None:
+    fp8 = [r for r in records if r.case == case and r.contender == contender and r.status == "ok"
+           and r.precision.startswith("fp8") and r.tokens_per_s]
+    return max(fp8, key=lambda r: r.tokens_per_s) if fp8 else None
+
+
+def cases(records: list[BenchRecord]) -> list[str]:
+    return list(dict.fromkeys(r.case for r in records))
+
+
+def against(record: BenchRecord | None, base: BenchRecord | None, with_range: bool = False,
+            with_precision: bool = False) -> str:
+    """``575.4k (1.24×; 471–626k)``: the row's median, its ratio to ``base``, its range."""
+    if record is None:
+        return "—"
+    parts = [ratio(record.tokens_per_s / base.tokens_per_s if base else None)]
+    if with_precision:
+        parts[0] += f", {record.precision}"
+    if with_range and len(record.runs) > 1:
+        parts.append(spread(record))
+    return f"{kilo(record.tokens_per_s)} ({'; '.join(parts)})"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    align = ["---"] + ["---:"] * (len(header) - 1)
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |",
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def hf_configurations_run(records: list[BenchRecord]) -> str:
+    ran = [c for c in HF_STRONGEST if any(r.contender == c and r.status == "ok" for r in records)]
+    missing = [c for c in HF_STRONGEST if c not in ran]
+    text = f"HF configurations run: {', '.join(f'`{c}`' for c in ran)}"
+    if not missing:
+        return text
+    return (text + f"; not run: {', '.join(f'`{c}`' for c in missing)}, so these ratios are not against "
+            "the fastest HF configuration and await re-measurement")
+
+
+# ----------------------------------------------------------------------------- the tables
+def sweep_headline(reports: list[Report]) -> str:
+    """The latest full sweep: medians of interleaved runs, every shape, against the fastest HF row."""
+    records = [r for rep in reports for r in rep.records]
+    rows = []
+    for case in cases(records):
+        base = fastest_hf([r for r in records if r.case == case]).get(case)
+        first = next(r for r in records if r.case == case)
+        rows.append([shape_label(first), f"{kilo(base.tokens_per_s)} (`{base.contender}`)" if base else "—",
+                     against(pick(records, case, "biomoe-cli"), base, with_range=True),
+                     against(best_fp8(records, case, "biomoe-cli"), base, with_precision=True),
+                     against(pick(records, case, "biomoe-loop"), base)])
+    repeats = {rep.data["settings"].get("repeats") for rep in reports}
+    lines = table(["shape", "fastest HF run", "**`cli.py fit`, bf16** (ratio; range)", "`cli.py fit`, best FP8",
+                   "bare loop bf16"], rows)
+    lines += ["", f"Medians of {', '.join(str(n) for n in sorted(repeats))} runs per row, interleaved with "
+              f"the other rows of the shape; {reports[0].machine()}. {hf_configurations_run(records)}. Files: "
+              + ", ".join(f"`{rep.path}`" for rep in reports) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def single_run(reports: list[Report]) -> str:
+    """An older sweep of one run per row: every variant, labelled as single runs."""
+    (rep,) = reports
+    records = rep.records
+    rows = []
+    for case in cases(records):
+        base = fastest_hf([r for r in records if r.case == case]).get(case)
+        first = next(r for r in records if r.case == case)
+
+        def cell(contender: str, case: str = case, base: BenchRecord | None = base) -> str:
+            return against(pick(records, case, contender), base)
+
+        rows.append([shape_label(first), kilo(pick(records, case, "hf-bf16-fused").tokens_per_s),
+                     kilo(pick(records, case, "hf-eager").tokens_per_s), cell("biomoe-cli"),
+                     against(best_fp8(records, case, "biomoe-cli"), base, with_precision=True),
+                     cell("biomoe-cli-compile"), cell("biomoe-cli-nomaster"), cell("biomoe-cli-nocallbacks"),
+                     cell("biomoe-loop"), against(best_fp8(records, case, "biomoe-loop"), base, with_precision=True)])
+    steps = rep.data["settings"].get("timed_steps")
+    lines = table(["shape", "HF grouped_mm", "HF eager", "`cli.py fit` bf16", "fit, best FP8", "-compile",
+                   "-nomaster", "-nocallbacks", "bare loop bf16", "bare loop, best FP8"], rows)
+    lines += ["", f"One run per row ({steps} timed steps, the median step), not a median of runs; ratios "
+              f"against the faster of the two HF rows of the shape; {rep.machine()}. "
+              f"{hf_configurations_run(records)}. File: `{rep.path}`."]
+    return "\n".join(lines) + "\n"
+
+
+def recipes(reports: list[Report]) -> str:
+    """The recipes on the real data module, medians of interleaved runs."""
+    (rep,) = reports
+    records = rep.records
+    rows = []
+    for case in cases(records):
+        base = fastest_hf([r for r in records if r.case == case]).get(case)
+        fit = pick(records, case, "biomoe-cli")
+        first = next(r for r in records if r.case == case)
+        rows.append([shape_label(first), kilo(base.tokens_per_s) if base else "—",
+                     against(fit, base, with_range=True), against(pick(records, case, "biomoe-cli-repeated"), base),
+                     against(pick(records, case, "biomoe-loop"), base),
+                     f"{fit.peak_mem_gb:.1f} / {base.peak_mem_gb:.1f}" if fit and base else "—"])
+    lines = table(["shape", "HF grouped_mm", "`cli.py fit`, real data (ratio; range)", "repeated batch",
+                   "bare loop", "peak GB, fit / HF"], rows)
+    lines += ["", f"Medians of {rep.data['settings'].get('repeats')} runs per row, interleaved; {rep.machine()}. "
+              f"{hf_configurations_run(records)}. File: `{rep.path}`."]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Table:
+    sources: tuple[str, ...]
+    render: Callable[[list[Report]], str]
+
+
+TABLES: dict[str, Table] = {
+    "bench-sweep": Table(("results/bench/sweep/small-shapes.json", "results/bench/sweep/mixtral.json"),
+                         sweep_headline),
+    "bench-single-run": Table(("results/bench/bench.json",), single_run),
+    "bench-recipes": Table(("results/bench/recipes-all-shapes/bench.json",), recipes),
+}
+
+
+# ----------------------------------------------------------------------------- headline figures in prose
+def read_json(path: str, root: Path = ROOT) -> Any:
+    try:
+        return json.loads((root / path).read_text())
+    except FileNotFoundError:
+        raise DocsTableError(f"{path}: no such results file") from None
+    except json.JSONDecodeError as err:
+        raise DocsTableError(f"{path}: not JSON ({err.msg}, line {err.lineno})") from None
+
+
+def _markov_gap(genome: str) -> Callable[[Any], str]:
+    def value(data: Any) -> str:
+        run = data["genome_recipe"][genome]
+        return f"{run['markov6'] - run['kept_checkpoint']['bits_per_base']:.3f}"
+    return value
+
+
+def _torch_over_te_layers(data: Any) -> str:
+    import statistics
+
+    medians = {(c["size"], c["variant"], c["kernels"]): statistics.median(r["tokens_per_s"] for r in c["runs"]
+                                                                            if "tokens_per_s" in r)
+               for c in data["contenders"]}
+    ratios = [medians[(s, v, "torch")] / medians[(s, v, "te")] for (s, v, k) in medians
+              if k == "te" and (s, v, "torch") in medians and v in ("dense", "moe")]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}x"
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A figure quoted in prose: ``quote`` must be in ``document`` and contain what ``value`` reads
+    from ``source``."""
+
+    document: str
+    quote: str
+    source: str
+    value: Callable[[Any], str]
+
+
+HEADLINES = (
+    Headline("README.md", "reaches **1.775 bits/base**", "results/quality/run-summaries/ecoli-mutation.repeat-mix.json",
+             lambda d: f"{d['mixed_bits_per_base']:.3f}"),
+    Headline("README.md", "the network alone 1.841", "results/quality/run-summaries/ecoli-mutation.repeat-mix.json",
+             lambda d: f"{d['base_bits_per_base']:.3f}"),
+    Headline("README.md", "the best Markov model 1.936", "results/quality/markov_ecoli536.json",
+             lambda d: f"{min(r['bits_per_base'] for r in d['rows']):.3f}"),
+    Headline("README.md", "one H200, 518 s", "results/quality/run-summaries/ecoli-mutation.json",
+             lambda d: f"{'H200' if 'H200' in d['hardware'] else d['hardware']}, {d['wall_clock_s']} s"),
+    Headline("README.md", "it ends 0.093 (*H. pylori*)", "results/recipes/summary.json",
+             _markov_gap("hpylori_sjm180")),
+    Headline("README.md", "and 0.087 bits/base (*S. aureus*)", "results/recipes/summary.json",
+             _markov_gap("saureus_rf122")),
+    Headline("README.md", "(1.15-1.46x faster there)", "results/experts/speed/speed.json", _torch_over_te_layers),
+)
+
+
+def headline_problems(root: Path = ROOT) -> list[str]:
+    """One line for every headline whose quote is missing from its document or disagrees with its file."""
+    problems = []
+    for h in HEADLINES:
+        text = (root / h.document).read_text()
+        if h.quote not in text:
+            problems.append(f"{h.document}: no longer quotes {h.quote!r} (update HEADLINES)")
+            continue
+        value = h.value(read_json(h.source, root))
+        if value not in h.quote:
+            problems.append(f"{h.document}: {h.quote!r} but {h.source} gives {value}")
+    return problems
+
+
+def render(name: str, root: Path = ROOT) -> str:
+    if name not in TABLES:
+        raise DocsTableError(f"table:{name}: no such table (known: {', '.join(TABLES)})")
+    spec = TABLES[name]
+    return spec.render([read_report(path, root) for path in spec.sources])
+
+
+def documents(root: Path = ROOT) -> list[Path]:
+    return sorted(p for pattern in DOCUMENTS for p in root.glob(pattern))
+
+
+def rendered_text(text: str, where: str, root: Path = ROOT) -> str:
+    """``text`` with the body of every marked table replaced by its rendering."""
+    def replace(match: re.Match[str]) -> str:
+        try:
+            body = render(match["name"], root)
+        except DocsTableError as err:
+            raise DocsTableError(f"{where}: {err}") from None
+        return match.group(1) + body + match.group(4)
+
+    if len(OPENING.findall(text)) != len(MARKER.findall(text)):
+        raise DocsTableError(f"{where}: a '<!-- table:NAME -->' marker without its '<!-- /table -->'")
+    return MARKER.sub(replace, text)
+
+
+def stale_tables(root: Path = ROOT) -> list[str]:
+    """``document: table:NAME`` for every marked table whose text is not what its files render."""
+    stale = []
+    for doc in documents(root):
+        text = doc.read_text()
+        where = str(doc.relative_to(root))
+        new = rendered_text(text, where, root)
+        if new != text:
+            old_bodies = {m["name"]: m["body"] for m in MARKER.finditer(text)}
+            new_bodies = {m["name"]: m["body"] for m in MARKER.finditer(new)}
+            stale += [f"{where}: table:{n}" for n in old_bodies if old_bodies[n] != new_bodies[n]]
+    return stale
+
+
+def marked_tables(root: Path = ROOT) -> dict[str, list[str]]:
+    """Each table name to the documents that show it."""
+    found: dict[str, list[str]] = {}
+    for doc in documents(root):
+        for m in MARKER.finditer(doc.read_text()):
+            found.setdefault(m["name"], []).append(str(doc.relative_to(root)))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.docs_tables", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is stale")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            stale = [f"stale: {line} (run `make docs-tables`)" for line in stale_tables(ROOT)]
+            stale += headline_problems(ROOT)
+            for line in stale:
+                print(line, file=sys.stderr)
+            return 1 if stale else 0
+        from biomoe.files import write_text
+
+        for doc in documents(ROOT):
+            text = doc.read_text()
+            where = str(doc.relative_to(ROOT))
+            new = rendered_text(text, where, ROOT)
+            if new != text:
+                write_text(doc, new)
+                print(f"rendered {where}")
+    except DocsTableError as err:
+        print(f"docs-tables: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The measurement tables of README.md and docs/ are what their results files render, and the
+headline figures quoted in prose are what their files hold (``make docs-tables``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench import docs_tables
+from bench.docs_tables import (HEADLINES, TABLES, DocsTableError, headline_problems, main, marked_tables,
+                               rendered_text, stale_tables)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+NO_FILE_BEHIND_THEM = (
+    "488 steps/s",                 # generate with one sample: no results file holds it
+    "1.52 against 0.42 Mbp/s",     # bf16 against fp32 scoring rates: not in results/
+    "0.77-0.78", "0.77–0.78",      # stop-gain AUROC of a mutations folder that does not exist
+    "transformers reference", "Mixtral reference",  # a 1.853 bits/base never run with this repository
+)
+"""Figures that were quoted without a results file; they must not come back without one."""
+
+
+def test_every_marked_table_is_what_its_results_files_render():
+    assert stale_tables(ROOT) == []
+
+
+def test_every_table_is_shown_and_every_shown_table_is_known():
+    shown = marked_tables(ROOT)
+    assert set(shown) == set(TABLES)
+    assert "README.md" in shown["bench-sweep"]
+
+
+def test_headline_figures_in_prose_are_what_their_files_hold():
+    assert headline_problems(ROOT) == []
+    for h in HEADLINES:  # every source exists in the repository, so the check above read it
+        assert (ROOT / h.source).is_file(), h.source
+
+
+def test_figures_without_a_file_stay_out_of_readme_and_docs():
+    for doc in docs_tables.documents(ROOT):
+        text = doc.read_text()
+        assert not [f for f in NO_FILE_BEHIND_THEM if f in text], doc
+
+
+def test_each_rendered_table_names_its_machine_date_and_files():
+    for name, spec in TABLES.items():
+        text = docs_tables.render(name, ROOT)
+        assert "NVIDIA" in text and "2026-" in text, name
+        for source in spec.sources:
+            assert f"`{source}`" in text, (name, source)
+
+
+@pytest.fixture
+def copy_of_repo(tmp_path):
+    """README, docs and the results the tables read, copied: the checks run on files they may change."""
+    for path in ["README.md", "docs", *{s for t in TABLES.values() for s in t.sources},
+                 *{h.source for h in HEADLINES}]:
+        src, dst = ROOT / path, tmp_path / path
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    return tmp_path
+
+
+def test_a_table_edited_by_hand_or_a_changed_file_is_caught(copy_of_repo):
+    readme = copy_of_repo / "README.md"
+    text = readme.read_text()
+    cell = "575.4k (1.24×"
+    assert cell in text
+    readme.write_text(text.replace(cell, "611.0k (1.31×"))
+    assert stale_tables(copy_of_repo) == ["README.md: table:bench-sweep"]
+    readme.write_text(text)
+    report_path = copy_of_repo / "results/bench/sweep/small-shapes.json"
+    report = json.loads(report_path.read_text())
+    for record in report["records"]:
+        if record["contender"] == "hf-bf16-fused" and record["shape"] == "genome":
+            record["tokens_per_s"] *= 2
+    report_path.write_text(json.dumps(report))
+    assert "README.md: table:bench-sweep" in stale_tables(copy_of_repo)
+
+
+def test_a_quoted_figure_that_disagrees_with_its_file_is_caught(copy_of_repo):
+    summary = copy_of_repo / "results/quality/run-summaries/ecoli-mutation.repeat-mix.json"
+    data = json.loads(summary.read_text())
+    data["mixed_bits_per_base"] = 1.79
+    summary.write_text(json.dumps(data))
+    assert any("1.790" in p for p in headline_problems(copy_of_repo))
+
+
+def test_the_faster_hf_row_is_the_baseline_of_the_single_run_table():
+    text = docs_tables.render("bench-single-run", ROOT)
+    row = next(line for line in text.splitlines() if line.startswith("| mixtral-2layer, 16,384"))
+    assert "| 78.2k | 85.4k | 85.7k (1.00×) |" in row  # HF eager 85.4k beat grouped_mm 78.2k in that run
+
+
+def test_a_missing_file_or_marker_is_one_line(copy_of_repo, capsys, monkeypatch):
+    (copy_of_repo / "results/bench/bench.json").unlink()
+    with pytest.raises(DocsTableError, match=r"^docs/benchmarks.md: results/bench/bench.json: no such results"):
+        stale_tables(copy_of_repo)
+    with pytest.raises(DocsTableError, match="without its"):
+        rendered_text("<!-- table:bench-sweep -->\nno end\n", "x.md", copy_of_repo)
+    with pytest.raises(DocsTableError, match="table:nope: no such table"):
+        rendered_text("<!-- table:nope -->\n<!-- /table -->\n", "x.md", copy_of_repo)
+    monkeypatch.setattr(docs_tables, "ROOT", copy_of_repo)
+    assert main(["--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("docs-tables: error: ") and "Traceback" not in err
+
+
+def test_rendering_writes_only_documents_whose_tables_changed(copy_of_repo, monkeypatch):
+    monkeypatch.setattr(docs_tables, "ROOT", copy_of_repo)
+    readme = copy_of_repo / "README.md"
+    before = {p: p.stat().st_mtime_ns for p in docs_tables.documents(copy_of_repo)}
+    readme.write_text(readme.read_text().replace("575.4k (1.24×", "1.0k (9.99×"))
+    assert main([]) == 0
+    assert stale_tables(copy_of_repo) == [] and "575.4k (1.24×" in readme.read_text()
+    assert all(p.stat().st_mtime_ns == t for p, t in before.items() if p != readme)
