@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from biomoe.backends.te.availability import TE_LIBRARY, DeviceInfo, device_info, te_usable
+from biomoe.backends.te.availability import TE_LIBRARY, DeviceInfo, device_info, te_import_error, te_usable
 from biomoe.backends.te.precision import PrecisionContext, resolve_precision, te_support_checker
 from biomoe.errors import ConfigError
 from biomoe.model.backends import LayerBackends
@@ -70,13 +70,30 @@ def auto_layers_take_te(runtime: RuntimeConfig) -> bool:
     return not (runtime.compile and runtime.precision == "bf16")
 
 
-def want_te(component: str, choice: str, te_ok: bool, auto_takes_te: bool) -> bool:
+def want_te(component: str, choice: str, te_ok: bool, auto_takes_te: bool, te_broken: str | None = None) -> bool:
     """``auto`` → TE where usable (and ``auto_takes_te``); ``te`` without TE is a configuration
-    error, not a fallback."""
+    error, not a fallback (naming why an installed TE cannot be used, ``te_broken``)."""
     if choice == "te" and not te_ok:
         raise ConfigError(f"model.runtime.{component}: te needs Transformer Engine and a CUDA GPU "
-                          "(pip install biomoe[te]); use auto or torch here")
+                          "(pip install biomoe[te]); use auto or torch here" + _broken_note(te_broken))
     return choice == "te" or (choice == "auto" and te_ok and auto_takes_te)
+
+
+_NOT_INSTALLED = "Transformer Engine is not installed (pip install biomoe[te])"
+
+
+def _broken_note(te_broken: str | None) -> str:
+    return f" (Transformer Engine is installed but fails to import: {te_broken})" if te_broken else ""
+
+
+def te_broken_reason(runtime: RuntimeConfig, device: torch.device | None) -> str | None:
+    """Why an installed Transformer Engine cannot be used on this CUDA device, or None (usable,
+    not installed, or not asked about: a CPU run, or a ``runtime`` no choice of which takes TE)."""
+    if not may_use_te(runtime) or not torch.cuda.is_available():
+        return None
+    if device is not None and torch.device(device).type != "cuda":
+        return None
+    return te_import_error()
 
 
 def expert_query(info: DeviceInfo | None, te_ok: bool, precision: str, hidden: int, ffn: int,
@@ -107,21 +124,32 @@ def select_backends(cfg: ModelConfig, runtime: RuntimeConfig,
     """Resolve ``runtime`` for ``device`` (CPU: the torch reference path everywhere)."""
     info = device_info(device)
     te_ok = may_use_te(runtime) and te_usable(device)
-    precision = resolve_precision(runtime.precision, runtime.precision_fallback, info, te_ok,
-                                  checker=te_support_checker if te_ok else None)
-    context = PrecisionContext(precision, use_te=te_ok)
-
-    query = expert_query(info, te_ok, precision, cfg.hidden_size, cfg.ffn_hidden_size, device)
-    expert_backend, reason = resolve_expert_backend(runtime.expert_backend, query)
+    te_broken = None if te_ok else te_broken_reason(runtime, device)
+    try:
+        precision = resolve_precision(runtime.precision, runtime.precision_fallback, info, te_ok,
+                                      checker=te_support_checker if te_ok else None)
+        context = PrecisionContext(precision, use_te=te_ok)
+        query = expert_query(info, te_ok, precision, cfg.hidden_size, cfg.ffn_hidden_size, device)
+        expert_backend, reason = resolve_expert_backend(runtime.expert_backend, query)
+    except ConfigError as err:
+        if te_broken is None:
+            raise
+        message = str(err)
+        if _NOT_INSTALLED in message:  # the precision check's words for "no TE"
+            message = message.replace(_NOT_INSTALLED, "Transformer Engine is installed but fails to import "
+                                                      f"({te_broken})")
+        else:
+            message += _broken_note(te_broken)
+        raise ConfigError(message) from None
     if precision != "bf16" and not EXPERT_BACKENDS.spec(expert_backend).uses_precision_recipe:
         log.warning("precision %s: expert_backend=%s does not use TE, so experts compute in bf16; "
                     "only TE modules run in %s", precision, expert_backend, precision)
 
     auto_te = auto_layers_take_te(runtime)
-    te_norm = want_te("norm_backend", runtime.norm_backend, te_ok, auto_te)
-    te_attention = want_te("attention_backend", runtime.attention_backend, te_ok, auto_te)
-    te_router = want_te("router_backend", runtime.router_backend, te_ok, auto_te)
-    te_dispatch = want_te("dispatch_backend", runtime.dispatch_backend, te_ok, auto_te)
+    te_norm = want_te("norm_backend", runtime.norm_backend, te_ok, auto_te, te_broken)
+    te_attention = want_te("attention_backend", runtime.attention_backend, te_ok, auto_te, te_broken)
+    te_router = want_te("router_backend", runtime.router_backend, te_ok, auto_te, te_broken)
+    te_dispatch = want_te("dispatch_backend", runtime.dispatch_backend, te_ok, auto_te, te_broken)
     kwargs: dict = {"experts": expert_backend}
     # each TE layer's module imported only when it is chosen (they import only torch until they run)
     if te_norm:
@@ -150,6 +178,8 @@ def select_backends(cfg: ModelConfig, runtime: RuntimeConfig,
         "norm": "te.RMSNorm" if te_norm else "torch nn.RMSNorm",
         "attention": "te.DotProductAttention" if te_attention else "torch SDPA",
     }
+    if te_broken is not None:  # auto chose torch's kernels where TE's would have run
+        paths["te"] = f"installed but fails to import, torch kernels used ({te_broken})"
     if not auto_te and any(getattr(runtime, name) == "auto" for name in LAYER_BACKEND_FIELDS):
         paths["layers"] = "auto layers on torch (compiled bf16 blocks run faster on them)"
     return BackendSelection(LayerBackends(**kwargs), context, info, paths)

@@ -29,15 +29,27 @@ class DeviceInfo:
 
 
 @functools.lru_cache(maxsize=None)
+def te_import_error() -> str | None:
+    """Why Transformer Engine is installed but cannot be used, in one line (``OSError: libcudnn...``);
+    None when it imports or is not installed at all. Cached: the answer does not change.
+
+    A broken install raises OSError or RuntimeError (a missing CUDA library, a version mismatch),
+    not only ImportError; the reason is kept so that ``auto`` can say why it chose torch's kernels
+    and a config that names TE can be refused with it."""
+    if importlib.util.find_spec("transformer_engine") is None:
+        return None
+    try:
+        importlib.import_module("transformer_engine.pytorch")  # optional dependency
+    except Exception as exc:
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return text if len(text) <= 200 else text[:197] + "..."
+    return None
+
+
+@functools.lru_cache(maxsize=None)
 def te_installed() -> bool:
     """True if ``transformer_engine.pytorch`` can be imported (cached: the answer does not change)."""
-    if importlib.util.find_spec("transformer_engine") is None:
-        return False
-    try:
-        import transformer_engine.pytorch  # noqa: F401  (optional dependency)
-    except Exception:  # broken installs raise OSError/RuntimeError, not only ImportError
-        return False
-    return True
+    return importlib.util.find_spec("transformer_engine") is not None and te_import_error() is None
 
 
 def te_usable(device: torch.device | None = None) -> bool:
