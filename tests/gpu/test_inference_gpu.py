@@ -59,11 +59,22 @@ def trained_checkpoint(tmp_path_factory) -> Path:
     return path
 
 
-def test_bf16_with_te_kernels_scores_a_genome_as_fp32_does(trained_checkpoint):
+TE_LAYERS = {"norm_backend": "te", "attention_backend": "te", "router_backend": "te", "dispatch_backend": "te"}
+TORCH_PATHS = {"norm": "torch nn.RMSNorm", "attention": "torch SDPA", "router": "torch", "dispatch": "torch argsort"}
+TE_PATHS = {"norm": "te.RMSNorm", "attention": "te.DotProductAttention", "router": "te fused_topk + fused aux loss",
+            "dispatch": "te moe_permute/unpermute"}
+
+
+@pytest.mark.parametrize("asked, layers", [(None, TORCH_PATHS), (TE_LAYERS, TE_PATHS)],
+                         ids=["default-torch-layers", "te-layers-asked-for"])
+def test_bf16_scores_a_genome_as_fp32_does_on_the_kernels_it_chose(trained_checkpoint, asked, layers):
+    """bf16 by default runs torch's layer kernels (INFERENCE_LAYER_KERNELS); TE's when asked for.
+    Either way it scores the genome as fp32 does."""
     genome = open_reader([GENOME])
     fp32 = load_for_inference(trained_checkpoint, "cuda", "fp32", announce=print)
-    bf16 = load_for_inference(trained_checkpoint, "cuda", announce=print)  # the default: bf16, TE kernels
-    assert bf16.dtype == torch.bfloat16 and "te." in bf16.built.selection.summary()
+    bf16 = load_for_inference(trained_checkpoint, "cuda", overrides=asked, announce=print)
+    paths = bf16.built.selection.paths
+    assert bf16.dtype == torch.bfloat16 and {k: paths[k] for k in layers} == layers, paths
     reference = _bits(score_genome(fp32, genome, WINDOW))
     fast = _bits(score_genome(bf16, genome, WINDOW))
     assert reference < 1.99  # it learnt something: the precision gap is measured on a real model

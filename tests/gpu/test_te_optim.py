@@ -13,6 +13,7 @@ from biomoe.training.optimization.master_adamw import AdamWWithMasterWeights
 from biomoe.training.optimization.optimizer_choice import master_weight_adamw
 
 pytestmark = [
+    pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
     pytest.mark.skipif(not te_installed(), reason="needs Transformer Engine (pip install biomoe[te])"),
 ]
