@@ -441,15 +441,31 @@ def test_transformer_engine_internals_in_compat_exist():
     assert forward_op_names(groups[0])
 
 
+def test_auto_layers_are_te_eager_and_torch_in_compiled_bf16_blocks():
+    """What ``auto`` chooses with TE usable: TE's layers for eager blocks and FP8 recipes, torch's
+    for compiled bf16 blocks (the compiler fuses them; it would break its graph at every TE call)."""
+    expected = {(False, "bf16"): "te.RMSNorm", (True, "bf16"): "torch nn.RMSNorm",
+                (True, "fp8-current"): "te.RMSNorm"}
+    for (compile_blocks, precision), norm in expected.items():
+        experts = "grouped" if precision == "bf16" else "te_fused"
+        paths = small_model(expert_backend=experts, precision=precision, compile=compile_blocks).selection.paths
+        assert paths["norm"] == norm, (compile_blocks, precision, paths)
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp8-current"])
 def test_compile_around_te_layers_trains_like_eager(precision):
-    """model.runtime.compile with TE norm/attention/router/dispatch: TE calls run outside the
-    compiled graphs; the compiled model computes the eager model's loss and gradients."""
+    """model.runtime.compile with TE norm/attention/router/dispatch (named: ``auto`` gives compiled
+    bf16 blocks torch's layers): TE calls run outside the compiled graphs; the compiled model
+    computes the eager model's loss and gradients."""
     torch.manual_seed(0)
     ids = torch.randint(0, 64, (2, 256), device=DEV)
-    eager = small_model(expert_backend="grouped" if precision == "bf16" else "te_fused", precision=precision)
-    compiled = small_model(expert_backend="grouped" if precision == "bf16" else "te_fused", precision=precision,
-                           compile=True)
+    te_layers = dict(norm_backend="te", attention_backend="te", router_backend="te", dispatch_backend="te")
+    experts = "grouped" if precision == "bf16" else "te_fused"
+    eager = small_model(expert_backend=experts, precision=precision, **te_layers)
+    compiled = small_model(expert_backend=experts, precision=precision, compile=True, **te_layers)
+    for built in (eager, compiled):
+        paths = built.selection.paths
+        assert paths["norm"] == "te.RMSNorm" and paths["attention"] == "te.DotProductAttention", paths
     compiled.model.load_state_dict(eager.model.state_dict())
     results = []
     for built in (eager, compiled):
