@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from biomoe.backends.grouped_fallback import loop_fallback_note
 from biomoe.backends.te.availability import TE_LIBRARY, DeviceInfo, device_info, te_import_error, te_usable
 from biomoe.backends.te.precision import PrecisionContext, resolve_precision, te_support_checker
 from biomoe.errors import ConfigError
@@ -38,6 +39,9 @@ class BackendSelection:
     precision: PrecisionContext
     device: DeviceInfo | None
     paths: dict[str, str] = field(default_factory=dict)
+    expert_sizes: tuple[int, int] = (0, 0)
+    """``(hidden_size, ffn_hidden_size)``: with the trainer's precision they decide whether the
+    ``grouped`` experts will run as the per-expert loop (:mod:`~biomoe.backends.grouped_fallback`)."""
 
     def summary(self, trainer_precision: str | None = None) -> str:
         """One line; with ``trainer_precision`` (Lightning's, e.g. ``32-true``) the precision entry
@@ -51,6 +55,10 @@ class BackendSelection:
                                   if trainer_precision is not None else "no TE recipe (trainer.precision decides)")
         elif trainer_precision is not None:
             paths["precision"] += f" in TE layers, trainer.precision={trainer_precision}"
+        if self.backends.experts == "grouped":
+            note = loop_fallback_note(self.device, trainer_precision, *self.expert_sizes)
+            if note is not None:
+                paths["experts"] += f"; {note}"
         return f"biomoe kernels on {where}: " + " | ".join(f"{k}={v}" for k, v in paths.items())
 
 
@@ -182,4 +190,4 @@ def select_backends(cfg: ModelConfig, runtime: RuntimeConfig,
         paths["te"] = f"installed but fails to import, torch kernels used ({te_broken})"
     if not auto_te and any(getattr(runtime, name) == "auto" for name in LAYER_BACKEND_FIELDS):
         paths["layers"] = "auto layers on torch (compiled bf16 blocks run faster on them)"
-    return BackendSelection(LayerBackends(**kwargs), context, info, paths)
+    return BackendSelection(LayerBackends(**kwargs), context, info, paths, (cfg.hidden_size, cfg.ffn_hidden_size))

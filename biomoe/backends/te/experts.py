@@ -65,6 +65,9 @@ class GroupPadding:
         self.padded_counts = [int(math.ceil(c / align) * align) for c in counts]
         self.total = sum(counts)
         self.padded_total = sum(self.padded_counts)
+        # Three host-to-device copies of split lists per layer (src, dst, counts), each a small
+        # blocking transfer; one stacked copy, or offsets computed on the device from the counts
+        # tensor, would remove two or all three. Their share of a step is to be measured on a GPU.
         src = torch.tensor([0] + counts[:-1], device=device).cumsum(0)
         dst = torch.tensor([0] + self.padded_counts[:-1], device=device).cumsum(0)
         shift = torch.repeat_interleave(dst - src, torch.tensor(counts, device=device),
