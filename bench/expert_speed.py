@@ -41,7 +41,10 @@ TE_KERNELS = [arg.replace("torch", "te") for arg in TORCH_KERNELS]
 """``torch`` / ``te`` kernels: every layer component (norm, attention, router, dispatch) on torch /
 on Transformer Engine (the experts are torch's grouped GEMM in the recipe either way). ``default`` =
 the product's choice for the recipe (``auto``: torch's layers for its compiled bf16 blocks)."""
-KERNEL_ARGS = {"default": [], "torch": TORCH_KERNELS, "te": TE_KERNELS}
+QUACK_KERNELS = TORCH_KERNELS + ["--model.runtime.expert_backend", "quack"]
+"""``quack``: torch's layers with quack-kernels' grouped GEMMs for the experts (a dense model has none,
+so its ``quack`` row is its ``torch`` row)."""
+KERNEL_ARGS = {"default": [], "torch": TORCH_KERNELS, "te": TE_KERNELS, "quack": QUACK_KERNELS}
 
 def flops_per_token(model: dict, seq_length: int) -> float:
     """Training FLOPs per token: 6 · active parameters + 6 · layers · hidden · sequence (attention)."""

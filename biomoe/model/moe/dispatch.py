@@ -26,6 +26,17 @@ class DispatchResult:
     state: dict[str, Any] = field(default_factory=dict)  # whatever combine needs to undo dispatch
 
 
+@dataclass
+class TokenPlan:
+    """Where every (token, slot) assignment goes when rows are sorted by expert, without moving
+    a row: for expert backends that gather tokens inside their own kernels."""
+
+    order: Tensor  # [rows]: row r is (token, slot) order[r], flattened as token * k + slot
+    row_of_slot: Tensor  # [rows]: the inverse permutation
+    token_of_row: Tensor  # [rows]: the token row r reads
+    tokens_per_expert: Tensor  # [experts]
+
+
 class TokenDispatcher:
     """Interface: ``dispatch`` groups tokens by expert; ``combine`` undoes it and mixes the k outputs."""
 
@@ -119,15 +130,21 @@ class LocalDispatcher(TokenDispatcher):
     permutation. Both directions move rows by gathers only (see :class:`_GatherCopies` and
     :class:`_WeightedCombine`)."""
 
-    def dispatch(self, hidden: Tensor, routing: RoutingResult) -> DispatchResult:
-        num_tokens, top_k = routing.expert_indices.shape
+    def plan(self, routing: RoutingResult) -> TokenPlan:
+        """The expert-sorted order of the (token, slot) assignments and its inverse."""
+        top_k = routing.expert_indices.shape[1]
         order = torch.argsort(routing.expert_indices.reshape(-1), stable=True)
         row_of_slot = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
         token_of_row = torch.div(order, top_k, rounding_mode="floor")
-        rows = _GatherCopies.apply(hidden.reshape(num_tokens, -1), token_of_row, row_of_slot, top_k)
-        probs = routing.expert_weights.reshape(-1).index_select(0, order)
+        return TokenPlan(order, row_of_slot, token_of_row, routing.tokens_per_expert)
+
+    def dispatch(self, hidden: Tensor, routing: RoutingResult) -> DispatchResult:
+        num_tokens, top_k = routing.expert_indices.shape
+        plan = self.plan(routing)
+        rows = _GatherCopies.apply(hidden.reshape(num_tokens, -1), plan.token_of_row, plan.row_of_slot, top_k)
+        probs = routing.expert_weights.reshape(-1).index_select(0, plan.order)
         return DispatchResult(rows, routing.tokens_per_expert, probs,
-                              {"order": order, "row_of_slot": row_of_slot, "num_tokens": num_tokens,
+                              {"order": plan.order, "row_of_slot": plan.row_of_slot, "num_tokens": num_tokens,
                                "top_k": top_k})
 
     def combine(self, expert_output: Tensor, dispatched: DispatchResult,

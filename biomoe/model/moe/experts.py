@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from biomoe.compat.torch import grouped_mm, has_grouped_mm
 from biomoe.errors import ConfigError
+from biomoe.model.moe.dispatch import TokenPlan
 from biomoe.model.swiglu import split_projection, swiglu, swiglu_into_gate
 
 log = logging.getLogger(__name__)
@@ -47,9 +48,16 @@ class ExpertBackend:
 
     name: str = "base"
     applies_probs: bool = False
+    gathers_tokens: bool = False
+    """True for backends that read each token's copies inside their own kernels (:meth:`over_tokens`):
+    under local dispatch the layer then hands them the tokens and the sort order instead of rows."""
 
     def __call__(self, rows: Tensor, tokens_per_expert: Tensor, gate_up: Tensor, down: Tensor,
                  probs: Tensor | None = None) -> Tensor:
+        raise NotImplementedError
+
+    def over_tokens(self, x: Tensor, weights: Tensor, plan: TokenPlan, gate_up: Tensor, down: Tensor) -> Tensor:
+        """``out[t] = Σ_j weights[t, j] · expert_{e(t, j)}(x[t])`` (backends with ``gathers_tokens``)."""
         raise NotImplementedError
 
 
@@ -356,16 +364,30 @@ class Experts(nn.Module):
     def applies_probs(self) -> bool:
         return self.backend.applies_probs
 
-    def forward(self, rows: Tensor, tokens_per_expert: Tensor, probs: Tensor | None = None) -> Tensor:
+    @property
+    def gathers_tokens(self) -> bool:
+        return self.backend.gathers_tokens
+
+    def forward_tokens(self, hidden: Tensor, weights: Tensor, plan: TokenPlan) -> Tensor:
+        """The weighted sum of every token's experts, for a backend that gathers tokens itself."""
+        hidden, gate_up, down = self._operands(hidden)
+        return self.backend.over_tokens(hidden, weights, plan, gate_up, down)
+
+    def _operands(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Rows in the autocast dtype, and this rank's expert weights in the rows' dtype."""
         device_type = rows.device.type
         if torch.is_autocast_enabled(device_type):  # autocast skips _grouped_mm / custom kernels
             rows = rows.to(torch.get_autocast_dtype(device_type))
-        backend = self.backend
         # Under expert parallelism the weights are DTensors sharded over experts; backends compute
         # on this rank's experts only (rows are grouped by *local* expert).
         gate_up, down = _local(self.gate_up_proj), _local(self.down_proj)
         if gate_up.dtype != rows.dtype:
             gate_up, down = gate_up.to(rows.dtype), down.to(rows.dtype)
+        return rows, gate_up, down
+
+    def forward(self, rows: Tensor, tokens_per_expert: Tensor, probs: Tensor | None = None) -> Tensor:
+        backend = self.backend
+        rows, gate_up, down = self._operands(rows)
         if rows.shape[0] == 0:
             # No rows (an EP rank nobody routed to): skip kernels that dislike M=0, but keep every
             # weight (and probs) in the graph so gradients are zeros, never missing — a missing

@@ -29,6 +29,11 @@ class MoELayer(nn.Module):
         shape = hidden.shape
         flat = hidden.reshape(-1, shape[-1])
         routing = self.router(flat)
+        if self.experts.gathers_tokens and type(self.dispatcher) is LocalDispatcher:
+            # the backend gathers each token's copies inside its kernels and sums them itself
+            plan = self.dispatcher.plan(routing)
+            out = self.experts.forward_tokens(flat, routing.expert_weights, plan)
+            return out.reshape(shape).to(hidden.dtype), routing.aux_loss, routing.z_loss
         dispatched = self.dispatcher.dispatch(flat, routing)
         probs = dispatched.probs if self.experts.applies_probs else None
         expert_out = self.experts(dispatched.hidden, dispatched.tokens_per_expert, probs)
