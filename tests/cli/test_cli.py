@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import ROOT
 
@@ -89,17 +90,37 @@ def test_every_shipped_config_parses():
     assert result.returncode == 0 and "BAD []" in result.stdout, (result.stdout[-2000:], result.stderr[-3000:])
 
 
-def test_fused_adamw_with_bf16_and_gradient_clipping(tmp_path):
-    """Lightning's AMP plugin refuses to clip for fused optimizers; our module clips itself (GPU default)."""
+def test_fused_adamw_with_bf16_and_gradient_clipping(tmp_path, monkeypatch):
+    """Lightning's AMP plugin refuses to clip for fused optimizers; our module clips itself (GPU default):
+    every update the optimizer applies is of gradients whose norm is at most the clip value."""
     from biomoe.cli.main import main
 
+    max_norm, raw, applied = 0.05, [], []
+    original = torch.optim.AdamW.step
+
+    def recording_step(self, closure=None):
+        loss = None
+        if closure is not None:  # Lightning's closure: forward, backward, then the clipping
+            with torch.enable_grad():
+                loss = closure()
+        grads = [p.grad.float() for group in self.param_groups for p in group["params"] if p.grad is not None]
+        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+        scale = getattr(self, "grad_scale", None)  # a fused kernel divides the gradients by it
+        raw.append(norm)
+        applied.append(norm / float(scale) if scale is not None else norm)
+        original(self)
+        return loss
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
     code = main(["fit", "--config", str(ROOT / "configs/tiny.yaml"), "--model.optim.fused", "true",
                  "--trainer.precision", "bf16-mixed", "--trainer.max_steps", "3",
-                 "--trainer.gradient_clip_val", "0.5",
+                 "--trainer.gradient_clip_val", str(max_norm),
                  "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
                  "--data.fasta", str(ROOT / "data/lambda_virus.fa.gz")])
     assert code == 0
     assert next(tmp_path.rglob("last.ckpt")).exists()
+    assert len(applied) == 3 and min(raw) > max_norm, raw  # every step had something to clip
+    assert all(norm <= max_norm * (1 + 1e-3) for norm in applied), (raw, applied)
 
 
 @pytest.mark.slow
