@@ -14,6 +14,7 @@ from typing import Any
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from biomoe.training.guards.best_checkpoint import BestCheckpoint
+from biomoe.training.guards.time_limit import StopAtTimeLimit
 from biomoe.training.reports.history import MetricsHistory, RunRecord, find_history
 from biomoe.training.reports.markov_baseline import MarkovBaseline
 from biomoe.training.reports.plots import plot_training_curves
@@ -90,6 +91,30 @@ def _held_out_line(trainer: Any, history: MetricsHistory | None) -> str | None:
     return text
 
 
+def _stopped_by_time(trainer: Any) -> bool:
+    return any(isinstance(cb, StopAtTimeLimit) and cb.stopped_at_step is not None for cb in trainer.callbacks)
+
+
+def _behind_markov_line(trainer: Any, history: MetricsHistory | None) -> str | None:
+    """A run whose best validation is still above the Markov baseline says so in words, and why
+    when ``max_time`` ended it: the numbers alone read like a finished model."""
+    points = history.series.get(MONITOR) if history is not None else None
+    markov = history.last("val/markov_bits_per_base") if history is not None else None
+    if not points or markov is None:
+        return None
+    best = min(value for _, value in points)
+    if best <= markov:
+        return None
+    order = _markov_order(trainer)
+    name = f"order-{order} Markov baseline" if order is not None else "Markov baseline"
+    line = (f"behind:     the network is still behind the {name}: its best validation ({best:.4f} bits/base) is "
+            f"{best - markov:.4f} above the baseline's {markov:.4f}")
+    if _stopped_by_time(trainer):
+        line += ("; trainer.max_time stopped it: more time, or a smaller network that takes more steps in it "
+                 "(configs/genome-cpu.yaml on a CPU), lets it catch up")
+    return line
+
+
 def _per_genome_line(history: MetricsHistory | None) -> str | None:
     if history is None:
         return None
@@ -126,7 +151,7 @@ def fit_summary(trainer: Any, log_dir: str | None = None) -> str:
     png = _plot(trainer, history, log_dir)
     if png is not None:
         lines.append(f"plot:       {png}")
-    for line in (_held_out_line(trainer, history), _per_genome_line(history)):
+    for line in (_held_out_line(trainer, history), _behind_markov_line(trainer, history), _per_genome_line(history)):
         if line is not None:
             lines.append(line)
     return "\n".join(lines)

@@ -5,10 +5,17 @@ Why a callback: the baseline must see exactly the batches (windows, ``loss_mask`
 those batches without the model knowing about baselines. The Markov model is fitted once on the
 datamodule's *training* regions the first time it is needed; its score on a split is computed on
 the first full (non-sanity-check) pass and cached, because it cannot change between epochs.
+
+While ``fit`` runs, a validation that leaves the network behind the baseline says so in one line
+(and the first one that puts it ahead says that once): a run on a CPU can end, by its step count
+or ``max_time``, still worse than a k-mer table, and the held-out number alone does not tell a new
+user that. A run stopped by a signal says where it stood at its last validation.
 """
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -18,7 +25,31 @@ from torch import Tensor
 from biomoe.model.losses import LN2, masked_cross_entropy_sum
 from biomoe.genomics.markov import MarkovModel, training_sequences
 
-__all__ = ["EvaluationPassCallback", "MarkovBaseline"]
+__all__ = ["EvaluationPassCallback", "MarkovBaseline", "MarkovStanding", "markov_standing_line"]
+
+MONITOR = "val/bits_per_base"
+
+
+@dataclass(frozen=True)
+class MarkovStanding:
+    """The network against the Markov baseline at one validation of ``fit``."""
+
+    steps: int
+    network: float
+    markov: float
+    order: int
+
+    @property
+    def behind(self) -> bool:
+        return self.network > self.markov
+
+
+def markov_standing_line(standing: MarkovStanding) -> str:
+    """How one validation's held-out bits/base compares with the Markov baseline, in words."""
+    gap = abs(standing.network - standing.markov)
+    where = "still behind" if standing.behind else "below"
+    return (f"fit: validation after step {standing.steps:,}: {standing.network:.4f} bits/base, {where} the "
+            f"order-{standing.order} Markov baseline ({standing.markov:.4f}) by {gap:.4f}")
 
 
 class EvaluationPassCallback(L.Callback):
@@ -63,8 +94,13 @@ class MarkovBaseline(EvaluationPassCallback):
     ``{stage}/bits_per_base``. Does nothing for datamodules without a genome.
     """
 
-    def __init__(self, order: int = 6, alpha: float = 1.0, reverse_complement: bool = True) -> None:
+    def __init__(self, order: int = 6, alpha: float = 1.0, reverse_complement: bool = True,
+                 stream: Any = None) -> None:
         super().__init__()
+        self.stream = stream
+        self.standing: MarkovStanding | None = None
+        """The network against the baseline at the last validation of ``fit`` (None before one)."""
+        self._said_ahead = False
         self.order = order
         self.alpha = alpha
         self.reverse_complement = reverse_complement
@@ -106,3 +142,33 @@ class MarkovBaseline(EvaluationPassCallback):
                 self.cached[stage] = float(total[0] / total[1]) / LN2
         if stage in self.cached and self._active(trainer):
             pl_module.log(f"{stage}/markov_bits_per_base", self.cached[stage], sync_dist=False)
+
+    # ------------------------------------------------------------------- the network against it
+    def _say(self, line: str) -> None:
+        print(line, file=self.stream or sys.stderr, flush=True)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """During ``fit``: a line at every validation that leaves the network behind the baseline,
+        and once when it first gets below it. ``trainer.callback_metrics`` holds the epoch's
+        numbers by now, the network's included."""
+        if trainer.sanity_checking or trainer.state.fn != "fit" or "val" not in self.cached:
+            return
+        value = trainer.callback_metrics.get(MONITOR)
+        if value is None:
+            return
+        self.standing = MarkovStanding(trainer.global_step, float(value), self.cached["val"], self.order)
+        if not trainer.is_global_zero:
+            return
+        if self.standing.behind:
+            self._say(markov_standing_line(self.standing))
+        elif not self._said_ahead:
+            self._said_ahead = True
+            self._say(markov_standing_line(self.standing))
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        """A run stopped by a signal (Ctrl-C, SIGTERM) says where its last validation left it."""
+        if self.standing is None or not self.standing.behind or not trainer.is_global_zero:
+            return
+        self._say(f"fit: stopped while still behind the order-{self.order} Markov baseline: the last validation "
+                  f"(after step {self.standing.steps:,}) scored {self.standing.network:.4f} bits/base against its "
+                  f"{self.standing.markov:.4f}")
