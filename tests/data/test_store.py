@@ -345,3 +345,55 @@ def test_damaged_mask_file_is_one_line_naming_it_and_exit_2(store, capsys) -> No
     code = main(["markov", str(store), "--max-order", "1", "--seq-length", "64"])
     line = error_line(capsys.readouterr().err)
     assert code == 2 and str(mask) in line and "sha256" in line
+
+
+def test_a_splits_line_without_its_split_column_is_one_line_naming_file_and_line(tmp_path, write_fasta,
+                                                                                  capsys) -> None:
+    a = write_fasta({"a1": genome_text(2_000, 5)}, name="a.fa")
+    b = write_fasta({"b1": genome_text(2_000, 6)}, name="b.fa")
+    splits = tmp_path / "splits.tsv"
+    write_splits(splits, [SplitRow("a.fa", "sp a", "s1", "c", "train"), SplitRow("b.fa", "sp b", "s1", "c", "train")])
+    lines = splits.read_text().splitlines()
+    lines[2] = "\t".join(lines[2].split("\t")[:4])  # b.fa's line, cut before its split column
+    splits.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "train.store"
+    assert main(["prepare", str(a), str(b), "--splits", str(splits), "--split", "train", "--out", str(out)]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert str(splits) in line and "line 3" in line and "split" in line, line
+    assert not out.exists()
+
+
+def test_two_prepare_runs_into_one_folder_at_once_keep_one_store_without_a_traceback(inputs, tmp_path,
+                                                                                      cache_dir) -> None:
+    """The second run to finish finds the first one's store where it would rename its own."""
+    out = tmp_path / "g.store"
+    said: list[str] = []
+
+    def other_run_finishes_first(line: str) -> None:
+        said.append(line)
+        if len(said) == 1:  # while this run writes its shards
+            prepare_store(inputs, out, shard_bases=12_000, cache_dir=cache_dir, say=lambda _: None)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = prepare_store(inputs, out, shard_bases=12_000, cache_dir=cache_dir, say=other_run_finishes_first)
+    assert not result.created and "another prepare run finished this store first" in said[-1]
+    assert result.bases == sum(c.length for c in fasta_genome(inputs, cache_dir).contigs)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".g.store")] == []  # no copy left over
+    StoreReader(out, cache_dir=cache_dir)  # the store stands, and reads
+
+
+def test_a_concurrent_run_of_other_options_is_refused_in_one_line(inputs, tmp_path, cache_dir) -> None:
+    out = tmp_path / "g.store"
+    said: list[str] = []
+
+    def other_run_finishes_first(line: str) -> None:
+        said.append(line)
+        if len(said) == 1:
+            prepare_store(inputs, out, shard_bases=5_000, cache_dir=cache_dir, say=lambda _: None)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(GenomeInputError, match="store of other inputs or options"):
+            prepare_store(inputs, out, shard_bases=12_000, cache_dir=cache_dir, say=other_run_finishes_first)
+    assert json.loads((out / MANIFEST).read_text())["prepared_from"]["options"]["shard_bases"] == 5_000

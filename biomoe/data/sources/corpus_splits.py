@@ -19,6 +19,7 @@ import numpy as np
 
 from biomoe.data.sources.corpus import CorpusEntry
 from biomoe.data.sources.corpus_sketch import jaccard, mash_distance
+from biomoe.errors import GenomeInputError
 from biomoe.files import atomic_write
 
 __all__ = ["ACCESSORY_GROUPS", "NEAR_DUPLICATE_DISTANCE", "SPECIES_HOLDOUT_FRACTION", "SPLITS", "SPLIT_COLUMNS",
@@ -153,6 +154,22 @@ def write_splits(path: str | Path, rows: Sequence[SplitRow]) -> None:
 
 
 def read_splits(path: str | Path) -> dict[str, str]:
-    """``file -> split`` of a split file (for configs and checks that pick a split's files)."""
+    """``file -> split`` of a split file (for configs and checks that pick a split's files).
+
+    A line without a file name or a split (a column left out) is an error naming the file and the
+    line: dropped silently, its file would be left out of every split chosen by name."""
     with open(path, encoding="utf-8") as handle:
-        return {row["file"]: row["split"] for row in csv.DictReader(handle, delimiter="\t")}
+        rows = csv.DictReader(handle, delimiter="\t")
+        missing = [column for column in ("file", "split") if column not in (rows.fieldnames or [])]
+        if missing:
+            raise GenomeInputError(path, f"line 1: no {' or '.join(missing)} column in the header "
+                                         f"(expected {', '.join(SPLIT_COLUMNS)}, tab-separated)")
+        found: dict[str, str] = {}
+        for row in rows:
+            file, split = (row.get("file") or "").strip(), (row.get("split") or "").strip()
+            if not file or not split:
+                raise GenomeInputError(path, f"line {rows.line_num}: no {'file name' if not file else 'split'} "
+                                             f"(each line needs the columns {', '.join(SPLIT_COLUMNS)}, "
+                                             "tab-separated)")
+            found[file] = split
+        return found

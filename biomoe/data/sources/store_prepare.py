@@ -7,11 +7,13 @@ A corpus manifest (``data/corpus.tsv``) stands for its files in the fetched corp
 the order a FASTA folder lists them, with each file's species, strain, group and split recorded.
 
 Everything is written into a temporary folder beside ``out`` that is renamed to ``out`` only when
-complete: a run that is stopped leaves nothing under the store's name.
+complete: a run that is stopped leaves nothing under the store's name, and of two runs started
+at once the second to finish keeps the first one's store (if it is the same) and discards its own.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -219,14 +221,30 @@ def _build(genome: Genome, found: Inputs, out: Path, signature: list[dict[str, A
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(work, 0o777 & ~_umask())
-        if out.is_dir():
-            out.rmdir()  # empty (checked): the complete store takes its place
-        os.rename(work, out)
+        published = _publish(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+    if not published:  # another run finished first: its store stands if it is this one
+        shutil.rmtree(work, ignore_errors=True)
+        result = _existing(out, signature, options)
+        say(f"{out}: another prepare run finished this store first; it is kept and this run's copy discarded")
+        return result
     total = manifest["bytes"] + len(data.encode())
     return PrepareResult(out, len(manifest["files"]), len(manifest["contigs"]), manifest["bases"], total, created=True)
+
+
+def _publish(work: Path, out: Path) -> bool:
+    """Rename the complete store in ``work`` to ``out`` (absent or an empty folder, which the rename
+    replaces atomically); False when ``out`` is no longer empty: a run started at the same time
+    renamed its store there first."""
+    try:
+        os.rename(work, out)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+        raise
+    return True
 
 
 def _umask() -> int:
