@@ -55,10 +55,28 @@ def test_grouped_equals_loop_outputs_and_gradients(shape):
         torch.testing.assert_close(p1.grad, p2.grad, rtol=1e-5, atol=1e-6, msg=n1)
 
 
-def test_grouped_backend_really_uses_grouped_mm_on_cpu():
+def test_grouped_backend_really_uses_grouped_mm_on_cpu(monkeypatch):
+    """The layer's forward runs ``torch._grouped_mm`` (gate/up and down) and never the loop fallback."""
     rows = torch.randn(10, H)
     gu = torch.randn(E, 2 * FF, H)
     assert grouped_mm_supported(rows, gu, torch.randn(E, H, FF)), "expected the grouped path on CPU"
+    calls = []
+    real = torch._grouped_mm
+
+    def spy(*args, **kwargs):
+        calls.append(args[1].shape)
+        return real(*args, **kwargs)
+
+    def no_loop(*args, **kwargs):
+        raise AssertionError("the grouped backend fell back to the per-expert loop")
+
+    monkeypatch.setattr(torch, "_grouped_mm", spy)
+    monkeypatch.setattr(LoopBackend, "__call__", no_loop)
+    layer = make_layer("grouped")
+    x = torch.rand(16, H)
+    out, _, _ = layer(x)
+    assert len(calls) >= 2 and calls[-1][-1] == H  # gate/up GEMM(s), then the down projection to H
+    torch.testing.assert_close(out.double(), dense_reference(layer, x), rtol=1e-4, atol=1e-5)
 
 
 def test_backends_with_zero_token_experts():
