@@ -64,7 +64,9 @@ def test_grouped_experts_without_autograd_equal_the_per_expert_loop(dtype: torch
     torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance)
 
 
-def test_grouped_experts_keep_one_gemm_and_their_gradients_under_autograd() -> None:
+def test_grouped_experts_keep_one_gemm_and_their_gradients_under_autograd(monkeypatch) -> None:
+    """Under autograd gate and up stay one GEMM (two grouped GEMMs a forward with the down
+    projection); without a graph to keep they split (three)."""
     torch.manual_seed(0)
     gate_up = (torch.randn(2, 16, 8) * 0.2).requires_grad_()
     down = (torch.randn(2, 8, 8) * 0.2).requires_grad_()
@@ -72,9 +74,20 @@ def test_grouped_experts_keep_one_gemm_and_their_gradients_under_autograd() -> N
     counts = torch.tensor([2, 3])
     if not grouped_mm_supported(rows, gate_up, down):
         pytest.skip("torch._grouped_mm cannot run here")
+    gemms: list[tuple[int, ...]] = []
+    real = torch._grouped_mm
+
+    def counting(*args, **kwargs):
+        gemms.append(tuple(args[1].shape))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "_grouped_mm", counting)
     out = GroupedMMBackend()(rows, counts, gate_up, down)
+    assert gemms == [(2, 8, 16), (2, 8, 8)]  # gate and up in one GEMM of 2 x 8 outputs, then down
     out.sum().backward()
     assert gate_up.grad is not None and down.grad is not None
+    gemms.clear()
     with torch.no_grad():
         torch.testing.assert_close(out.detach(), GroupedMMBackend()(rows, counts, gate_up, down),
                                    rtol=1e-5, atol=1e-6)
+    assert gemms == [(2, 8, 8), (2, 8, 8), (2, 8, 8)]  # split: gate, up, down
