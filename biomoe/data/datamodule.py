@@ -36,6 +36,7 @@ from biomoe.data.packed import PackedGenomeDataset
 from biomoe.data.samplers import EpochSeededRandomSampler, GenomeWeightedSampler, ResumableBatchSampler, file_shares
 from biomoe.data.sources.reader import Region, SequenceReader
 from biomoe.data.sources.registry import open_reader
+from biomoe.data.sources.store_identity import STATE_KEY, data_checksums
 from biomoe.data.splits import Splits, match_files, split_genome, split_regions
 from biomoe.data.tokenizer import NucleotideTokenizer
 
@@ -120,6 +121,13 @@ class GenomeDataModule(L.LightningDataModule):
         datamodule = cls(**settings)
         datamodule.reader = reader
         return datamodule
+
+    def state_dict(self) -> dict[str, Any]:
+        """What checkpoints record beside the settings: the checksum of each store read
+        (:mod:`~biomoe.data.sources.store_identity`), by which ``fit --ckpt_path last`` tells the
+        same data from a store rebuilt at the same path. Nothing for FASTA inputs."""
+        checksums = data_checksums(self.config.fasta)
+        return {STATE_KEY: checksums} if checksums else {}
 
     def prepare_data(self) -> None:
         """Validate, decompress and index once per node before ranks start reading."""

@@ -5,7 +5,10 @@
 be of an unrelated run (another genome, another model, another precision) that training would then
 silently continue. A Lightning checkpoint already records what makes a run that run:
 
-* the data sources: ``datamodule_hyper_parameters`` (``fasta``, ``val_files``, ``test_files``);
+* the data sources: ``datamodule_hyper_parameters`` (``fasta``, ``val_files``, ``test_files``),
+  and for a prepared store what it holds (the checksums its manifest records, in the data module's
+  state: :mod:`~biomoe.data.sources.store_identity`), so a store rebuilt at the same path from
+  other genomes is not taken for the same data;
 * the model: ``hyper_parameters["config"]`` (every ``model.config`` key);
 * the precision: ``hyper_parameters["runtime"]["precision"]`` (``model.runtime.precision``) and
   ``trainer.precision`` in :class:`~biomoe.training.reports.history.RunRecord`'s callback state.
@@ -28,6 +31,7 @@ from biomoe.checkpoint.read import read_checkpoint
 from biomoe.checkpoint.verify import resolve_checkpoint_alias
 from biomoe.cli.run.config_values import comparable, get, mapping
 from biomoe.cli.run.folders import checkpoint_folders
+from biomoe.data.sources.store_identity import STATE_KEY, data_checksums
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ModelConfig
 from biomoe.training.reports.history import recorded_precision
@@ -35,6 +39,8 @@ from biomoe.training.reports.history import recorded_precision
 __all__ = ["check_resume_model", "checkpoint_identity", "differences", "resume_from_last", "run_identity"]
 
 DATA_SOURCES = ("fasta", "val_files", "test_files")
+STORES = "data.stores"
+"""The identity key of ``{store path: checksum}`` (see :mod:`~biomoe.data.sources.store_identity`)."""
 
 # Lightning's short precision names and the full names it turns them into (Trainer(precision=...)).
 _PRECISION_NAMES = {"32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "64": "64-true", "None": "32-true"}
@@ -58,6 +64,7 @@ def run_identity(section: Any) -> dict[str, Any]:
     data, model, trainer = get(section, "data"), get(section, "model"), get(section, "trainer")
     runtime = comparable(get(model, "runtime")) or {}
     identity: dict[str, Any] = {f"data.{key}": _paths(get(data, key)) for key in DATA_SOURCES}
+    identity[STORES] = data_checksums(get(data, "fasta"))
     identity["model.config"] = comparable(get(model, "config")) or {}
     identity["model.runtime.precision"] = runtime.get("precision")
     identity["trainer.precision"] = _precision(get(trainer, "precision"))
@@ -71,6 +78,11 @@ def checkpoint_identity(checkpoint: Mapping[str, Any] | None) -> dict[str, Any]:
     data = checkpoint.get("datamodule_hyper_parameters")
     if isinstance(data, Mapping):
         identity.update({f"data.{key}": _paths(data[key]) for key in DATA_SOURCES if key in data})
+    from biomoe.data.datamodule import GenomeDataModule  # Lightning keeps its state under the class name
+
+    data_state = checkpoint.get(GenomeDataModule.__qualname__)
+    if isinstance(data_state, Mapping) and isinstance(data_state.get(STATE_KEY), Mapping):
+        identity[STORES] = dict(data_state[STATE_KEY])
     hparams = checkpoint.get("hyper_parameters")
     if isinstance(hparams, Mapping):
         if isinstance(hparams.get("config"), Mapping):
@@ -91,6 +103,19 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
+def _store_differences(here: Mapping[str, str], there: Mapping[str, str]) -> list[str]:
+    """For each store the checkpoint read whose checksum differs from that of the store at its path now."""
+    found = []
+    for path, recorded in there.items():
+        now = here.get(path)
+        if now != recorded:
+            shown = _shown([path])[1:-1]
+            what = f"checksum {now[:12]} here" if now else "no store there now"
+            found.append(f"data.fasta: the store {shown} holds other data than when the checkpoint was written "
+                         f"({what}, {recorded[:12]} in the checkpoint)")
+    return found
+
+
 def differences(here: Mapping[str, Any], there: Mapping[str, Any], limit: int = 4) -> list[str]:
     """``key: <here> here, <there> in the checkpoint`` for each key recorded on both sides that
     differs (``model.config`` key by key), at most ``limit`` of them and a count of the rest."""
@@ -99,7 +124,9 @@ def differences(here: Mapping[str, Any], there: Mapping[str, Any], limit: int = 
         if key not in there:
             continue
         other = there[key]
-        if key == "model.config":
+        if key == STORES:
+            found += _store_differences(value, other)
+        elif key == "model.config":
             found += [f"model.config.{name}: {_shown(value[name])} here, {_shown(other[name])} in the checkpoint"
                       for name in value if name in other and value[name] != other[name]]
         elif value != other:
