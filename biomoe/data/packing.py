@@ -22,8 +22,10 @@ def cut_pieces(regions: Sequence[Region], seq_length: int, stride: int) -> tuple
     A piece starts every ``stride`` bases of a region and is at most ``seq_length`` long; pieces
     that would run past the region's end are cut there and kept. With ``stride == seq_length``
     (the default) the pieces tile every region exactly: a short record is one whole piece, a long
-    contig is cut into full pieces and its end. With a smaller stride every base is labelled
-    ``seq_length / stride`` times, at the end of a contig as in its middle.
+    contig is cut into full pieces and its end. With a smaller stride the pieces overlap, but not
+    evenly: the first ``stride`` bases of a region are in one piece, the next ``stride`` in two,
+    and so on up to ``ceil(seq_length / stride)`` pieces, from base ``seq_length - stride`` of the
+    region on; the pieces cut at the region's end keep its last bases at that count.
     """
     contigs, starts, ends = [], [], []
     for contig, lo, hi in regions:

@@ -245,3 +245,15 @@ def test_per_file_sampling_draws_rows_of_one_file(mixed, cache_dir) -> None:
         assert {files[c] for c, _, _ in ds.documents(index)} == {int(ds.file_index[index])}
     sub = _datamodule([str(p) for p in mixed.paths], cache_dir, max_train_windows=5)
     assert len(sub.train_dataset) == 5
+
+
+def test_a_smaller_stride_covers_the_start_of_a_region_fewer_times() -> None:
+    """What the docstring of ``cut_pieces`` says: with seq_length 8 and stride 2 the first two bases
+    of a region are in one piece, the next two in two, ..., four pieces from base 6 to the end."""
+    length, seq_length, stride = 40, 8, 2
+    _, starts, ends = cut_pieces([(0, 0, length)], seq_length, stride)
+    coverage = np.zeros(length, dtype=int)
+    for start, end in zip(starts, ends):
+        coverage[start:end] += 1
+    assert coverage[:8].tolist() == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert set(coverage[seq_length - stride:].tolist()) == {seq_length // stride}
