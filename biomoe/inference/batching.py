@@ -45,9 +45,9 @@ __all__ = ["DEFAULT_BATCH_TOKENS", "Window", "WindowBatch", "batches_for", "chec
            "default_batch_tokens", "genome_windows", "pack_windows", "prefetch", "run_batches"]
 
 DEFAULT_BATCH_TOKENS = {"cuda": 1 << 18, "cpu": 1 << 13}
-"""Tokens per forward pass by device type: on an H200 a hidden-512 network scores 3 % faster at
-262,144 tokens than at 131,072 (6 GB of activations) and 16 % slower at 65,536; on a CPU, small
-enough that progress moves."""
+"""Tokens per forward pass by device type: on a GPU as many as a hidden-512 network's activations
+allow in a few GB, since larger passes scored faster (docs/benchmarks.md, "Inference batch size
+and kernels"); on a CPU, small enough that progress moves."""
 
 T = TypeVar("T")
 

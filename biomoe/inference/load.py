@@ -53,11 +53,10 @@ RUNTIME_OVERRIDES: tuple[str, ...] = ("expert_backend", *LAYER_BACKEND_FIELDS, "
 """RuntimeConfig fields a command may set for inference (the rest do not apply to it)."""
 
 INFERENCE_LAYER_KERNELS = "torch"
-"""The layer kernels of the use commands in bf16 and fp32, whatever training used. Measured on an
-H100, each command a fresh process (docs/benchmarks.md, "Kernels of the use commands"): with
-Transformer Engine's attention, norm, router and dispatch a bf16 ``score-fasta`` of a 4.1 Mb genome
-took 14.1 s, with torch's 6.2 s. TE's layers scored about 5 % faster once warm, but its import and
-first forward cost about 8 s a process, more than that buys back below a few hundred megabases."""
+"""The layer kernels of the use commands in bf16 and fp32, whatever training used. Each command is
+a fresh process, and Transformer Engine's import and first forward cost seconds of it: more than
+its slightly faster layers buy back on a genome (figures: docs/benchmarks.md, "Kernels of the use
+commands")."""
 
 
 def default_precision(device: torch.device | str) -> str:

@@ -7,8 +7,8 @@ what lets long genomic contexts (hundreds of kilobases) fit on one GPU.
 Under a Transformer Engine FP8 recipe the recomputation must run inside the same recipe as the
 forward (same quantised GEMMs, same saved tensors), but torch's checkpoint replays the block during
 backward, outside the ``te.autocast`` that wrapped the forward: TE modules then run in bf16 and save
-a different set of tensors, and torch raises ``CheckpointError`` (seen on the H200: 84 tensors saved
-in forward, 58 in recomputation, Mixtral-8x7B shape in fp8-block). TE's own ``checkpoint`` records
+a different set of tensors, and torch raises ``CheckpointError`` (more tensors saved in forward
+than in the recomputation, seen at the Mixtral-8x7B shape in fp8-block). TE's own ``checkpoint`` records
 the recipe in forward and re-enters it for the recomputation, so blocks use it whenever an FP8
 recipe is active, and torch's otherwise (CPU, bf16).
 """
@@ -25,22 +25,24 @@ from biomoe.compat.transformer_engine import fp8_recipe_active
 from biomoe.model.config import ConfigError
 
 RECOMPUTE_UNSAFE_PRECISIONS = ("fp8-delayed",)
-"""Recipes whose recomputed gradients did not match a step without checkpointing (H200)."""
+"""Recipes whose recomputed gradients did not match a step without checkpointing on a GPU
+(docs/gpus.md)."""
 
 
 def check_precision_for_checkpointing(precision: str) -> None:
     """One-line error for a recipe the recomputation did not reproduce on the GPU.
 
-    Measured on the H200 (tests/gpu/test_te.py, one step, Hopper's default ``te_fused`` experts):
-    with fp8-delayed the embedding gradient under checkpointing differed by 4 % from the same step
-    without it, while fp8-block matched. The likely cause: delayed scaling updates its scales when
-    the forward's ``te.autocast`` exits; TE's base modules restore the forward's scales for the
-    recomputation, but the ``te.ops`` path may not, and the recomputation's own autocast exit
-    reduces amax again. Not established; the refusal rests on the measurement. Current and block
+    Measured on a Hopper GPU (tests/gpu/test_te.py, one step, Hopper's default ``te_fused``
+    experts; the figure is in docs/gpus.md): with fp8-delayed the embedding gradient under
+    checkpointing did not match the same step without it, while fp8-block matched. The likely
+    cause: delayed scaling updates its scales when the forward's ``te.autocast`` exits; TE's base
+    modules restore the forward's scales for the recomputation, but the ``te.ops`` path may not,
+    and the recomputation's own autocast exit reduces amax again. Not established; the refusal
+    rests on the measurement. Current and block
     scaling derive scales from the tensors themselves."""
     if precision in RECOMPUTE_UNSAFE_PRECISIONS:
         raise ConfigError(f"activation_checkpointing with precision {precision}: its recomputed "
-                          "gradients differed by 4 % from a step without checkpointing on an H200; "
+                          "gradients did not match a step without checkpointing; "
                           "use fp8-current or fp8-block, or turn activation_checkpointing off")
 
 

@@ -3,10 +3,10 @@
 Every SwiGLU projection in biomoe stacks the gate rows over the up rows in one weight
 (``[2F, H]``, or ``[E, 2F, H]`` for experts), so training runs one GEMM and checkpoints have one
 layout. Splitting that GEMM's output gives two halves whose rows are strided: torch's elementwise
-kernels then take their generic (non-vectorised) path, and on an H100 the SiLU and the product over
-those halves took about a sixth of a bf16 scoring forward's GPU time. Without autograd the two
-halves can be computed by two GEMMs into contiguous buffers instead, and the activation runs in
-place on them (on an H200, one layer's 524,288 rows of 1,024: 1.28 ms against 2.83 ms).
+kernels then take their generic (non-vectorised) path, a large share of a bf16 scoring forward's
+GPU time. Without autograd the two halves can be computed by two GEMMs into contiguous buffers
+instead, and the activation runs in place on them, which is faster (measured: docs/benchmarks.md,
+"Kernels of the use commands").
 """
 
 from __future__ import annotations

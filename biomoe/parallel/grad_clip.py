@@ -45,7 +45,7 @@ def global_grad_norm(parameters: Iterable[Tensor], group: dist.ProcessGroup | No
 
     Per-shard norms come from ``torch._foreach_norm`` (:mod:`biomoe.compat.torch`) (a few fused kernels, as
     ``torch.nn.utils.clip_grad_norm_`` does); the per-parameter ``pow(2).sum()`` loop it replaces
-    was a large share of the step's CUDA time on a 2-layer Mixtral shape on one H200 (figures and
+    was a large share of the step's CUDA time on a 2-layer Mixtral shape (figures, machine and
     command: docs/benchmarks.md, "Figures behind decisions in the code")."""
     grads = [p.grad for p in parameters if p.grad is not None]
     world = dist.get_world_size(group) if dist.is_initialized() else 1

@@ -355,7 +355,7 @@ def test_adamw_on_a_fixed_batch_lowers_the_loss_with_te_layers():
 def test_activation_checkpointing_under_fp8_matches_no_checkpointing(precision, monkeypatch):
     """Recomputation must run under the forward's FP8 recipe: torch's checkpoint alone replays
     the blocks outside te.autocast and raised CheckpointError on the 32-layer Mixtral run.
-    (fp8-delayed is refused with activation checkpointing: its recomputation differs by 4 %.)"""
+    (fp8-delayed is refused with activation checkpointing: its recomputation did not match.)"""
     import transformer_engine.pytorch.distributed as te_distributed
 
     te_calls = []

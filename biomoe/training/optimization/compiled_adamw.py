@@ -2,11 +2,11 @@
 
 The master-weight update is memory-bound: per parameter it reads the bf16 gradient, the fp32
 master and both moments and writes them back with the bf16 weight, 28 bytes with fp32 state.
-How close a kernel gets to the GPU's memory bandwidth decides its time. Timed alone on an H200
-over the 2.9 B parameters of a 2-layer Mixtral (``python -m bench.optimizer_step``), this
-update, written once in plain torch ops and handed to ``torch.compile``, took 20.7 ms (3.9 TB/s;
-a plain copy reaches 4.2), Transformer Engine's ``FusedAdam`` 26.3 ms (3.1 TB/s), and TE's
-remainder and bf16-first-moment kernels 36.3 and 41.1 ms. Inductor fuses the cast, both
+How close a kernel gets to the GPU's memory bandwidth decides its time. Timed alone over the
+parameters of a 2-layer Mixtral (``python -m bench.optimizer_step``; figures in docs/benchmarks.md,
+"The compiled master-weight AdamW"), this update, written once in plain torch ops and handed to
+``torch.compile``, came closer to the bandwidth than Transformer Engine's ``FusedAdam``, and TE's
+remainder and bf16-first-moment kernels were slower still. Inductor fuses the cast, both
 moments, the bias corrections, weight decay, the step, the rounding to bf16 and, with
 ``master_storage: remainder``, the split of the master into weight and remainder into one kernel
 per parameter; in a whole ``cli.py fit`` step remainders then cost nothing measurable.
