@@ -101,6 +101,7 @@ class ScalingResult:
     efficiency: float | None = None  # per-GPU tokens/s over the 1-GPU run's (same model, precision, AC)
     activation_checkpointing: bool = False  # recomputes blocks: ~1/3 more compute, less memory
     lr_warmup_steps: int | None = None  # the fit's LR warm-up (None: not recorded, older results)
+    environment: dict | None = None  # GPU, software and date of the machine that ran the fit (None: older results)
 
 
 def _data_default(name: str) -> object:
@@ -410,6 +411,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{name}: FAILED: {err}", flush=True)
                 write_text(out / f"{name}.failed", f"{err}\n")
                 continue
+            res.environment = environment()
             write_text(out / f"{name}.json", json.dumps(asdict(res), indent=2))
             print(f"{name}: {res.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {res.tflops_per_gpu:.0f} "
                   f"TFLOP/s/GPU, peak {res.peak_mem_gb} GB, loss {res.first_loss:.3f} -> "
@@ -432,9 +434,13 @@ def report(args: argparse.Namespace) -> int:
     add_efficiency(results)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    env = {"command": " ".join(sys.argv), "environment": {
-        **environment(), "timing": "median train/tokens_per_s (host clock between steps, logged "
-                                   "every step) after warm-up, per fit; see each result's wall_s"}}
+    recorded = [r.environment for r in results if r.environment]
+    env = {"command": " ".join(sys.argv),
+           "timing": "median train/tokens_per_s (host clock between steps, logged every step) after warm-up, "
+                     "per fit; see each result's wall_s",
+           "run_environments": [dict(e) for e in {json.dumps(e, sort_keys=True): e for e in recorded}.values()],
+           "runs_without_environment": len(results) - len(recorded),
+           "report_written_on": environment()}  # the machine that merged the points, not the one that ran them
     write_text(out / "scaling.json", json.dumps({**env, "results": [asdict(r) for r in results]}, indent=2))
     table = markdown(results)
     write_text(out / "scaling.md", table)

@@ -103,6 +103,25 @@ def test_report_without_results_is_an_error(tmp_path, capsys):
     assert "no result JSON" in capsys.readouterr().err
 
 
+def test_report_names_the_machines_that_ran_the_points_not_the_one_that_merged_them(tmp_path):
+    """Each point records the environment it ran in; the report lists those, and the machine that
+    wrote the report apart from them; points from before the field are counted, not guessed."""
+    points = tmp_path / "points"
+    points.mkdir()
+    base = dict(model="m", layers=2, precision="bf16", layout="single-device", gpus=1, steps_timed=5,
+                tokens_per_s=100.0, tokens_per_s_per_gpu=100.0, tflops_per_gpu=1.0, mfu=0.1, peak_mem_gb=1.0,
+                first_loss=4.0, last_loss=3.0, wall_s=10.0)
+    gpu = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "date": "2026-12-01"}
+    (points / "a.json").write_text(json.dumps({**base, "environment": gpu}))
+    (points / "b.json").write_text(json.dumps({**base, "layout": "dp1xep1", "environment": gpu}))
+    (points / "c.json").write_text(json.dumps({**base, "layout": "dp1xep2", "gpus": 2}))  # an older point
+    assert scaling.main(["report", str(points), "--out", str(tmp_path / "o")]) == 0
+    report = json.loads((tmp_path / "o" / "scaling.json").read_text())
+    assert report["run_environments"] == [gpu] and report["runs_without_environment"] == 1
+    assert "environment" not in report and report["report_written_on"]["gpu"] is None  # this CPU
+    assert [r["environment"] for r in report["results"]].count(gpu) == 2
+
+
 @pytest.mark.parametrize("content, fragment", [
     (None, "cannot read"),
     ("trainer: [unclosed", "cannot read"),
