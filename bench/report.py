@@ -26,7 +26,8 @@ TIMING_NOTE = ("tokens/s = tokens per step / median step time over the timed ste
                "untimed step started with the device drained (how long issuing a step takes: near the step time "
                "the step is bound by the host, well below it by the GPU); kernels = GPU kernels of one untimed step "
                "after the timed ones (torch.profiler, memcpy/memset not counted)")
-MFU_NOTE = (f"mfu = model TFLOP/s / {PEAK_BF16_TFLOPS:.0f} TFLOP/s (dense bf16 matmul rate of this H200) "
+MFU_NOTE = (f"mfu = model TFLOP/s / {PEAK_BF16_TFLOPS:.0f} TFLOP/s (the dense bf16 matmul rate measured on an H200, "
+            "whatever GPU ran the row) "
             "for every precision, FP8 included")
 
 

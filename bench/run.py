@@ -8,7 +8,7 @@ config exactly as ``cli.py fit`` builds it. Writes ``bench.json`` (one record pe
 and ``bench.png`` into ``--out``, rewritten after every row.
 
     python -m bench                      # full sweep (its duration: settings.wall_s in bench.json)
-    python -m bench --quick              # one shape, bf16, few steps (~1-2 min)
+    python -m bench --quick              # one shape, bf16, few steps
     python -m bench --rows '*@16384/*/fp8-block'   # only matching rows (+ their baseline)
     python -m bench --list               # print the row ids and exit
     python -m bench --inference          # also the inference rows (written to inference.json/.md)
