@@ -2,7 +2,9 @@
 
 What is counted, and what the JSON holds, is described in :mod:`biomoe.genomics.routing`; the
 heatmaps are drawn by :mod:`biomoe.genomics.routing_plot`. ``--from-json`` redraws them from a
-JSON file this command wrote, without the model. ``--features`` adds the genomic classes of the
+JSON file this command wrote, without the model. The console gets the experts' load per MoE block,
+what each expert takes most (with ``--features``) and a note for every expert that took no bases
+(:mod:`biomoe.genomics.routing_summary`). ``--features`` adds the genomic classes of the
 routed bases (:mod:`biomoe.genomics.routing_features`): opt-in because calling the genes of a
 genome (pyrodigal) takes seconds per 5 Mb, longer than routing its windows on a GPU.
 """
@@ -108,6 +110,7 @@ def main(argv: list[str]) -> int:
     # imported after parsing: --help stays fast
     from biomoe.checkpoint.verify import check_checkpoint_file
     from biomoe.genomics.routing import RoutingCounter, genome_routing, routing_report, to_json
+    from biomoe.genomics.routing_summary import routing_summary_lines
     from biomoe.cli.windows import scoring_window
     from biomoe.inference.load import load_for_inference
     plot = None if args.no_plot else (args.plot or args.out.with_suffix(".png"))
@@ -155,6 +158,8 @@ def main(argv: list[str]) -> int:
             plot_features(report, outputs.temp(features_plot), atomic=False)
     print(f"wrote {args.out} ({len(results)} genomes, {len(report['species'])} species, "
           f"{len(counter.layers)} MoE layers)")
+    for line in routing_summary_lines(report):
+        print(line)
     summary = report["specificity"]
     within, between = summary["mean_within_species_jsd_bits"], summary["mean_between_species_jsd_bits"]
     if within is not None or between is not None:
