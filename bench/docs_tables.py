@@ -31,6 +31,7 @@ DATES_NOT_IN_FILE = {
     "results/bench/recipes-all-shapes/bench.json": "2026-12-03",
     "results/bench/sweep/small-shapes.json": "2026-12-03",
     "results/bench/sweep/mixtral.json": "2026-12-03",
+    "results/experts/speed/speed.json": "2026-12-06 to 2026-12-07",
 }
 """Reports written before the bench recorded the date: the day of the commit that added each one
 (its folder's README says the same). A report that records ``environment.date`` is read instead."""
@@ -47,6 +48,8 @@ class Report:
 
     @property
     def records(self) -> list[BenchRecord]:
+        if not isinstance(self.data.get("records"), list):
+            raise DocsTableError(f"{self.path}: not a bench report (no 'records' list)")
         return [BenchRecord(**r) for r in self.data["records"]]
 
     @property
@@ -57,6 +60,12 @@ class Report:
         if self.path not in DATES_NOT_IN_FILE:
             raise DocsTableError(f"{self.path}: records no date (environment.date)")
         return DATES_NOT_IN_FILE[self.path]
+
+    def gpu(self) -> str:
+        gpu = self.data.get("environment", {}).get("gpu") or self.data.get("machine")
+        if not gpu:
+            raise DocsTableError(f"{self.path}: records no GPU (environment.gpu or machine)")
+        return gpu
 
     def machine(self) -> str:
         env = self.data.get("environment", {})
@@ -74,8 +83,8 @@ def read_report(path: str, root: Path = ROOT) -> Report:
         raise DocsTableError(f"{path}: no such results file") from None
     except json.JSONDecodeError as err:
         raise DocsTableError(f"{path}: not JSON ({err.msg}, line {err.lineno})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
-        raise DocsTableError(f"{path}: not a bench report (no 'records' list)")
+    if not isinstance(data, dict):
+        raise DocsTableError(f"{path}: not a JSON object")
     return Report(path, data)
 
 
@@ -210,6 +219,43 @@ def recipes(reports: list[Report]) -> str:
     return "\n".join(lines) + "\n"
 
 
+EXPERT_SIZES = {"base": "base (hidden 512, 8 layers)", "4x": "4x (hidden 1,024, 8 layers)"}
+EXPERT_VARIANTS = {"dense": "dense", "moe": "moe (8 experts, top-2)", "fine": "fine (32 experts, top-8)",
+                   "fine64": "fine64 (64 experts, top-8)"}
+
+
+def expert_speed(reports: list[Report]) -> str:
+    """Each model alone, torch's and TE's layer kernels side by side (``bench.experts speed``)."""
+    (rep,) = reports
+    rows_in = rep.data.get("contenders")
+    if not isinstance(rows_in, list):
+        raise DocsTableError(f"{rep.path}: not an expert speed table (no 'contenders' list)")
+    by = {(r["size"], r["variant"], r["kernels"]): r for r in rows_in if "tokens_per_s" in r}
+
+    def cells(row: dict | None, with_detail: bool) -> list[str]:
+        if row is None:
+            return ["–", "–"] + (["–", "–"] if with_detail else [])
+        runs = sum("tokens_per_s" in run for run in row["runs"])
+        rate = f"{row['tokens_per_s'] / 1e3:,.0f}k" + (f" ({runs} runs)" if runs != 3 else "")
+        out = [rate, f"{row['vs_dense']:.2f}x"]
+        return out + [f"{100 * row['mfu']:.1f} %", f"{row['peak_memory_gib']:.1f} GiB"] if with_detail else out
+
+    rows = []
+    for size, size_label in EXPERT_SIZES.items():
+        for i, (variant, label) in enumerate(EXPERT_VARIANTS.items()):
+            torch_row, te_row = by.get((size, variant, "torch")), by.get((size, variant, "te"))
+            if torch_row is None and te_row is None:
+                continue
+            rows.append([size_label if i == 0 else "", label, *cells(torch_row, True), *cells(te_row, False)])
+    lines = table(["size", "model", "torch layers: tokens/s", "vs dense", "MFU", "peak", "TE layers: tokens/s",
+                   "vs dense"], rows)
+    lines[1] = "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    lines += ["", f"Medians of the runs of each row (three unless noted), each model alone on one {rep.gpu()}, "
+              f"{rep.date}; MFU against the GPU's datasheet bf16 peak. File: `{rep.path}` (commands in "
+              "`speed.md` beside it)."]
+    return "\n".join(lines) + "\n"
+
+
 @dataclass(frozen=True)
 class Table:
     sources: tuple[str, ...]
@@ -221,6 +267,7 @@ TABLES: dict[str, Table] = {
                          sweep_headline),
     "bench-single-run": Table(("results/bench/bench.json",), single_run),
     "bench-recipes": Table(("results/bench/recipes-all-shapes/bench.json",), recipes),
+    "expert-speed": Table(("results/experts/speed/speed.json",), expert_speed),
 }
 
 
