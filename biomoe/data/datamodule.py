@@ -105,6 +105,7 @@ class GenomeDataModule(L.LightningDataModule):
         self.val_dataset: Rows | None = None
         self._test_dataset: Rows | None = None
         self.shares: np.ndarray | None = None
+        self._store_checksums: tuple[str, dict[str, str]] | None = None  # (data.fasta as read, checksums)
 
     @classmethod
     def from_hparams(cls, saved: Mapping[str, Any], **overrides: Any) -> GenomeDataModule:
@@ -125,8 +126,12 @@ class GenomeDataModule(L.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         """What checkpoints record beside the settings: the checksum of each store read
         (:mod:`~biomoe.data.sources.store_identity`), by which ``fit --ckpt_path last`` tells the
-        same data from a store rebuilt at the same path. Nothing for FASTA inputs."""
-        checksums = data_checksums(self.config.fasta)
+        same data from a store rebuilt at the same path. Nothing for FASTA inputs. Read once (a
+        large store's manifest takes a moment to parse), at the first checkpoint."""
+        sources = repr(self.config.fasta)
+        if self._store_checksums is None or self._store_checksums[0] != sources:
+            self._store_checksums = (sources, data_checksums(self.config.fasta))
+        checksums = self._store_checksums[1]
         return {STATE_KEY: checksums} if checksums else {}
 
     def prepare_data(self) -> None:
