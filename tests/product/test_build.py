@@ -122,3 +122,17 @@ def test_bias_balancing_with_global_statistics_or_per_group_aux_loss_is_accepted
     check_bias_balancing("global", 0.01)
     check_bias_balancing("ep", 0.0)
     check_bias_balancing("local", 0.0)
+
+
+def test_fit_refuses_bias_balancing_with_local_statistics_before_training(tmp_path, capsys):
+    from biomoe.cli.main import main
+    from conftest import ROOT, error_line
+
+    code = main(["fit", "--config", str(ROOT / "configs/tiny.yaml"),
+                 "--data.fasta", str(ROOT / "data/lambda_virus.fa.gz"),
+                 "--trainer.default_root_dir", str(tmp_path), "--trainer.max_steps", "1",
+                 "--trainer.strategy", "biomoe.parallel.strategy.ExpertParallelStrategy",
+                 "--trainer.strategy.load_balancing", "local", "--model.config.router_bias_update_rate", "0.01"])
+    assert code == 2
+    line = error_line(capsys.readouterr().err)
+    assert "router_bias_update_rate" in line and "load_balancing: global" in line, line
