@@ -3,7 +3,8 @@
 A table in a document sits between ``<!-- table:NAME -->`` and ``<!-- /table -->``; its text is what
 :data:`TABLES` renders from the results files it names, with the machine, date and software read
 from them. ``--check`` changes nothing and exits 1 naming every table that differs from its files
-(the CPU test suite runs the same check); without it the documents are rewritten in place.
+and every headline figure in prose that disagrees with its file (:mod:`bench.docs_headlines`; the
+CPU test suite runs the same checks); without it the tables are rewritten in place.
 
     python -m bench.docs_tables            # re-render every marked table (make docs-tables)
     python -m bench.docs_tables --check    # exit 1 if a document's table is not what its files say
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from bench.docs_headlines import HeadlineSourceError, headline_problems
 from bench.records import HF_STRONGEST, BenchRecord, fastest_hf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -322,82 +324,6 @@ TABLES: dict[str, Table] = {
 }
 
 
-# ----------------------------------------------------------------------------- headline figures in prose
-def read_json(path: str, root: Path = ROOT) -> Any:
-    try:
-        return json.loads((root / path).read_text())
-    except FileNotFoundError:
-        raise DocsTableError(f"{path}: no such results file") from None
-    except json.JSONDecodeError as err:
-        raise DocsTableError(f"{path}: not JSON ({err.msg}, line {err.lineno})") from None
-
-
-def _markov_gap(genome: str) -> Callable[[Any], str]:
-    def value(data: Any) -> str:
-        run = data["genome_recipe"][genome]
-        return f"{run['markov6'] - run['kept_checkpoint']['bits_per_base']:.3f}"
-    return value
-
-
-def _torch_over_te_layers(data: Any) -> str:
-    import statistics
-
-    medians = {(c["size"], c["variant"], c["kernels"]): statistics.median(r["tokens_per_s"] for r in c["runs"]
-                                                                            if "tokens_per_s" in r)
-               for c in data["contenders"]}
-    ratios = [medians[(s, v, "torch")] / medians[(s, v, "te")] for (s, v, k) in medians
-              if k == "te" and (s, v, "torch") in medians and v in ("dense", "moe")]
-    return f"{min(ratios):.2f}-{max(ratios):.2f}x"
-
-
-def _zero_shot_gaps(data: Any) -> str:
-    gaps = [g["markov6"] - g["zero_shot_moe"] for g in data["held_out"].values()]
-    return f"{min(gaps):.2f}–{max(gaps):.2f}"
-
-
-@dataclass(frozen=True)
-class Headline:
-    """A figure quoted in prose: ``quote`` must be in ``document`` and contain what ``value`` reads
-    from ``source``."""
-
-    document: str
-    quote: str
-    source: str
-    value: Callable[[Any], str]
-
-
-HEADLINES = (
-    Headline("README.md", "reaches **1.775 bits/base**", "results/quality/run-summaries/ecoli-mutation.repeat-mix.json",
-             lambda d: f"{d['mixed_bits_per_base']:.3f}"),
-    Headline("README.md", "the network alone 1.841", "results/quality/run-summaries/ecoli-mutation.repeat-mix.json",
-             lambda d: f"{d['base_bits_per_base']:.3f}"),
-    Headline("README.md", "the best Markov model 1.936", "results/quality/markov_ecoli536.json",
-             lambda d: f"{min(r['bits_per_base'] for r in d['rows']):.3f}"),
-    Headline("README.md", "one H200, 518 s", "results/quality/run-summaries/ecoli-mutation.json",
-             lambda d: f"{'H200' if 'H200' in d['hardware'] else d['hardware']}, {d['wall_clock_s']} s"),
-    Headline("README.md", "it ends 0.093 (*H. pylori*)", "results/recipes/summary.json",
-             _markov_gap("hpylori_sjm180")),
-    Headline("README.md", "and 0.087 bits/base (*S. aureus*)", "results/recipes/summary.json",
-             _markov_gap("saureus_rf122")),
-    Headline("README.md", "(1.15-1.46x faster there)", "results/experts/speed/speed.json", _torch_over_te_layers),
-    Headline("README.md", "strain 0.04–0.06 bits/base below", "results/recipes/summary.json", _zero_shot_gaps),
-)
-
-
-def headline_problems(root: Path = ROOT) -> list[str]:
-    """One line for every headline whose quote is missing from its document or disagrees with its file."""
-    problems = []
-    for h in HEADLINES:
-        text = (root / h.document).read_text()
-        if h.quote not in text:
-            problems.append(f"{h.document}: no longer quotes {h.quote!r} (update HEADLINES)")
-            continue
-        value = h.value(read_json(h.source, root))
-        if value not in h.quote:
-            problems.append(f"{h.document}: {h.quote!r} but {h.source} gives {value}")
-    return problems
-
-
 def render(name: str, root: Path = ROOT) -> str:
     if name not in TABLES:
         raise DocsTableError(f"table:{name}: no such table (known: {', '.join(TABLES)})")
@@ -466,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             if new != text:
                 write_text(doc, new)
                 print(f"rendered {where}")
-    except DocsTableError as err:
+    except (DocsTableError, HeadlineSourceError) as err:
         print(f"docs-tables: error: {err}", file=sys.stderr)
         return 2
     return 0

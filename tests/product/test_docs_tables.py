@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from bench import docs_tables
-from bench.docs_tables import (HEADLINES, TABLES, DocsTableError, headline_problems, main, marked_tables,
-                               rendered_text, stale_tables)
+from bench.docs_headlines import HEADLINES, headline_problems
+from bench.docs_tables import TABLES, DocsTableError, main, marked_tables, rendered_text, stale_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 
