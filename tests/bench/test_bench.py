@@ -223,6 +223,8 @@ def test_bench_runs_hf_the_bare_loop_and_the_product_path_and_writes_the_report(
         assert {"mfu", "tflops", "peak_mem_gb"} <= set(r) and len(r["losses"]) == 5
         assert r["host_ms"] > 0
     assert rows[("hf-bf16-fused", "bf16")]["ratio_vs_hf_bf16_fused"] == 1.0
+    assert report["fastest_hf"] == {"tiny@256": "hf-bf16-fused"} and report["environment"]["date"]
+    assert rows[("biomoe-cli", "bf16")]["fastest_hf"] == "hf-bf16-fused"
     shipped = rows[("biomoe-cli", "bf16")]["details"]
     assert {"NonFiniteGuard", "RouterCollapseMonitor", "ModelCheckpoint"} <= set(shipped["callbacks"])
     assert "cli.py fit --config=" in shipped["command"] and "--model.runtime.precision=bf16" in shipped["command"]
