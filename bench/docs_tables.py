@@ -169,7 +169,7 @@ def sweep_headline(reports: list[Report]) -> str:
                      against(best_fp8(records, case, "biomoe-cli"), base, with_precision=True),
                      against(pick(records, case, "biomoe-loop"), base)])
     repeats = {rep.data["settings"].get("repeats") for rep in reports}
-    lines = table(["shape", "fastest HF run", "**`cli.py fit`, bf16** (ratio; range)", "`cli.py fit`, best FP8",
+    lines = table(["shape", "fastest HF row of the run", "**`cli.py fit`, bf16** (ratio; range)", "`cli.py fit`, best FP8",
                    "bare loop bf16"], rows)
     lines += ["", f"Medians of {', '.join(str(n) for n in sorted(repeats))} runs per row, interleaved with "
               f"the other rows of the shape; {reports[0].machine()}. {hf_configurations_run(records)}. Files: "
