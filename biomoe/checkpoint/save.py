@@ -46,9 +46,25 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         weights_only = bool(weights_only) or not trusted()
         try:
             located = {} if map_location is None else {"map_location": map_location}  # else Lightning's default
-            return super().load_checkpoint(path, weights_only=weights_only, **located)
+            checkpoint = super().load_checkpoint(path, weights_only=weights_only, **located)
         except Exception as exc:
             refused = refusal(exc)
             if refused is None:
                 raise
             raise GenomeInputError(path, refused) from None
+        return without_partial_loop_state(checkpoint)
+
+
+LOOPS = ("fit_loop", "validate_loop", "test_loop", "predict_loop")
+"""The loop states Lightning restores from ``checkpoint["loops"]``, one per command."""
+
+
+def without_partial_loop_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint whose ``loops`` record lacks a loop (``import-hf`` wrote an empty one) read as one
+    that records none: Lightning restores the running command's loop from that record whenever it
+    is there, and failed with a KeyError on what it lacked. Without it, the command starts its loop
+    afresh, as from a checkpoint of weights alone."""
+    loops = checkpoint.get("loops")
+    if loops is not None and not (isinstance(loops, dict) and all(key in loops for key in LOOPS)):
+        checkpoint = {key: value for key, value in checkpoint.items() if key != "loops"}
+    return checkpoint

@@ -10,10 +10,13 @@ read (batch size, workers, cache folder). When the checkpoint changes anything, 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["READ_ONLY_KEYS", "data_keys_on_command_line", "describe", "settings_to_apply"]
+import yaml
+
+__all__ = ["READ_ONLY_KEYS", "data_keys_on_command_line", "describe", "fasta_chosen", "settings_to_apply"]
 
 READ_ONLY_KEYS = frozenset({"batch_size", "num_workers", "cache_dir"})
 """Data settings that say how to read, not what: the config's (or command line's) are kept."""
@@ -35,6 +38,25 @@ def data_keys_on_command_line(argv: Sequence[str]) -> set[str] | None:
         if token.startswith("--data."):
             keys.add(token[len("--data."):].split("=", 1)[0].rstrip("+").split(".", 1)[0])
     return keys
+
+
+def fasta_chosen(given: set[str] | None, config_files: Sequence[Any] | None) -> bool:
+    """Whether the user chose the FASTA files: on the command line (``given``, as
+    :func:`data_keys_on_command_line` returns it) or in a ``--config`` file. Otherwise
+    ``data.fasta`` is the bundled example genome, which a checkpoint that records no data of its
+    own (``import-hf``'s) must not be silently scored on."""
+    if given is None or "fasta" in given:
+        return True
+    for config in config_files or []:
+        try:
+            with open(os.fspath(getattr(config, "absolute", config))) as handle:
+                loaded = yaml.safe_load(handle)
+        except (OSError, yaml.YAMLError):
+            return True  # read by the parser already; whatever it holds was the user's choice
+        data = loaded.get("data") if isinstance(loaded, Mapping) else None
+        if isinstance(data, Mapping) and "fasta" in data:
+            return True
+    return False
 
 
 def settings_to_apply(saved: Mapping[str, Any], current: Mapping[str, Any],

@@ -74,8 +74,9 @@ def main(argv: list[str]) -> int:
         layer = parse_layer(args.layer, model.config.num_layers)
     except ValueError as exc:
         raise GenomeInputError(None, f"--layer: {exc}") from None
-    window = scoring_window(args.window, args.ckpt)  # checked against the training length
-    check_window_memory(window, model, max(c.length for c in genome.contigs))
+    longest = max(c.length for c in genome.contigs)
+    window = scoring_window(args.window, args.ckpt, longest=longest)  # checked against the training length
+    check_window_memory(window, model, longest)
     layout = EmbeddingLayout([c.name for c in genome.contigs], [c.length for c in genome.contigs],
                              args.pool, args.pool_size)
     index = layout.index_arrays()

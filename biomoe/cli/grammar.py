@@ -21,7 +21,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["add_option", "merge_hidden_inputs"]
+__all__ = ["CHECKPOINT_FIRST_COMMANDS", "add_option", "checkpoint_first", "merge_hidden_inputs"]
+
+CHECKPOINT_FIRST_COMMANDS = ("validate", "test", "predict")
+"""LightningCLI's commands that score a checkpoint: ``validate CKPT ...`` means ``--ckpt_path CKPT``."""
 
 
 def add_option(parser: Any, flag: str, *old: str, **kwargs: Any) -> argparse.Action:
@@ -40,3 +43,12 @@ def merge_hidden_inputs(args: argparse.Namespace, positional: str, old: str) -> 
     setattr(args, positional, [*(getattr(args, positional) or []), *extra])
     if hasattr(args, old):
         delattr(args, old)
+
+
+def checkpoint_first(argv: list[str]) -> list[str]:
+    """``validate CKPT --data.fasta G`` as ``validate --ckpt_path CKPT --data.fasta G``: the checkpoint
+    as the first positional, as every other model command takes it (LightningCLI takes no
+    positional arguments)."""
+    if len(argv) > 1 and argv[0] in CHECKPOINT_FIRST_COMMANDS and not argv[1].startswith("-"):
+        return [argv[0], "--ckpt_path", argv[1], *argv[2:]]
+    return argv

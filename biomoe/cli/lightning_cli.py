@@ -9,6 +9,7 @@ resumes from and what it reports are :mod:`biomoe.cli.run`'s.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import re
@@ -24,26 +25,27 @@ from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
 from biomoe import output_checks
 from biomoe.checkpoint.hparams import model_config_from
 from biomoe.checkpoint.read import read_checkpoint, refusal
-from biomoe.checkpoint.safe_types import trusted
 from biomoe.checkpoint.records import training_data_settings
 from biomoe.checkpoint.save import AtomicCheckpointIO
 from biomoe.checkpoint.verify import (check_checkpoint_file, check_shapes, check_structure, resolve_checkpoint_alias,
                                       verify_checkpoint)
 from biomoe.cli import DESCRIPTION
-from biomoe.cli.checkpoint_data import EVALUATING, data_keys_on_command_line, describe, settings_to_apply
+from biomoe.cli.checkpoint_data import (EVALUATING, data_keys_on_command_line, describe, fasta_chosen,
+                                        settings_to_apply)
 from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS
 from biomoe.cli.run import trainer_setup
 from biomoe.cli.run.config_checks import validate_config
 from biomoe.cli.run.config_values import get, mapping
-from biomoe.cli.run.folders import (checkpoint_folders, follow_root_dir, options_given, remove_unstarted_run_folder,
-                                    resolve_run_folder)
+from biomoe.cli.run.folders import (checkpoint_folders, follow_root_dir, options_given, predictions_folder,
+                                    remove_unstarted_run_folder, resolve_run_folder, scoring_logs_nothing)
 from biomoe.cli.run.memory_check import check_training_memory
 from biomoe.cli.run.progress_lines import ProgressLines
 from biomoe.cli.run.resume import check_resume_model, resume_from_last
 from biomoe.cli.run.summary import fit_summary
 from biomoe.cli.run.validation_note import ValidationNote
 from biomoe.cli.saved_config import AtomicSaveConfigCallback
-from biomoe.compat.lightning import add_subcommand, set_negative_number_matcher, subcommand_choices
+from biomoe.compat.lightning import (add_subcommand, set_negative_number_matcher, set_option_help,
+                                     subcommand_choices)
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ConfigError, check_expert_parallel
@@ -61,6 +63,21 @@ __all__ = ["BioMoECLI", "install_atomic_checkpoint_io", "install_markov_baseline
 RUNTIME_SWITCHES: tuple[str, ...] = ("runtime",)
 
 
+
+SCORED_CKPT_HELP = ("The checkpoint to score (also as the first argument): a checkpoint file, a version folder or a "
+                    "run folder (its best checkpoint by val/bits_per_base among runs validated on the same data, "
+                    "else the last), or best / last of the run folder the config names. Without it the weights are "
+                    "untrained.")
+CKPT_PATH_HELP: dict[str, str] = {
+    "fit": ("Resume a run: last (the newest last.ckpt of the run folder the config names, in whichever version "
+            "folder; a fresh start when there is none, so one command serves a first start and every restart), "
+            "or a last.ckpt file. A checkpoint without optimizer state (a best checkpoint, import-hf's) is not "
+            "resumed: start from its weights with --trainer.callbacks+=biomoe.training.optimization.init_weights."
+            "InitWeights --trainer.callbacks.checkpoint CKPT."),
+    "validate": SCORED_CKPT_HELP, "test": SCORED_CKPT_HELP, "predict": SCORED_CKPT_HELP,
+}
+"""``--ckpt_path`` of each Lightning command as biomoe reads it (run folders, best/last), in place of
+the Trainer's docstring (which speaks of registries and HPC checkpoints)."""
 
 # A negative number, also in scientific notation, is a value and never an option name.
 NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$")
@@ -90,6 +107,9 @@ class BioMoECLI(LightningCLI):
         super()._add_subcommands(parser, **kwargs)
         for choice in subcommand_choices(parser):
             choice.help = COMMANDS[choice.dest].summary if choice.dest in COMMANDS else choice.help
+        for name, subcommand_parser in getattr(self, "_subcommand_parsers", {}).items():
+            if name in CKPT_PATH_HELP:
+                set_option_help(subcommand_parser, "ckpt_path", CKPT_PATH_HELP[name])
         built = set(self.subcommands())
         for name in [n for n in LightningCLI.subcommands() if n not in built] + list(EXTRA_COMMANDS):
             summary = COMMANDS[name].summary
@@ -126,6 +146,10 @@ class BioMoECLI(LightningCLI):
         if subcommand:
             given = options_given(self._argv)
             follow_root_dir(self.config[subcommand], given)
+            trainer_setup.cap_loader_workers(self.config[subcommand], given)
+            if subcommand in EVALUATING:
+                scoring_logs_nothing(self.config[subcommand], given)
+                trainer_setup.quiet_lightning_tips(scoring=True)  # before LightningCLI seeds
             note = trainer_setup.choose_cpu_precision(self.config[subcommand], given)
             if note:
                 print(note, file=sys.stderr)
@@ -136,7 +160,7 @@ class BioMoECLI(LightningCLI):
         trainer = self.config[self.subcommand].get("trainer") or {}
         trainer_setup.check_logger_packages(trainer.get("logger"))
         trainer_setup.check_accelerator(trainer.get("accelerator"))
-        trainer_setup.quiet_lightning_tips()
+        trainer_setup.quiet_lightning_tips(scoring=self.subcommand in EVALUATING)
         trainer_setup.set_matmul_precision(trainer.get("accelerator"))
         super().instantiate_classes()
 
@@ -190,9 +214,14 @@ class BioMoECLI(LightningCLI):
             return
         current = section.get("data")
         saved = training_data_settings(ckpt)
+        given = data_keys_on_command_line(getattr(self, "_argv", []))
+        if current is not None and os.path.isfile(ckpt) and "fasta" not in saved and not fasta_chosen(
+                given, section.get("config")):
+            raise GenomeInputError(ckpt, f"records no training data (as a checkpoint written by import-hf): "
+                                         f"give the genome to {subcommand} on with --data.fasta FASTA")
         if not saved or current is None:
             return
-        changes = settings_to_apply(saved, mapping(current), data_keys_on_command_line(getattr(self, "_argv", [])))
+        changes = settings_to_apply(saved, mapping(current), given)
         if changes:
             self.config = self.parser.parse_object({subcommand: {"data": changes}}, self.config)
             print(describe(changes), file=sys.stderr)
@@ -209,9 +238,11 @@ class BioMoECLI(LightningCLI):
         self._check_ckpt_folder()
         self._warn_untrained()
         data = self.datamodule
-        if isinstance(data, GenomeDataModule) and not data.has_test_split:
+        if isinstance(data, GenomeDataModule) and not data.has_test_split and (
+                "trainer.limit_test_batches" not in options_given(getattr(self, "_argv", []))):
             # test then scores the validation split: with validation's batch limit, so that its
-            # figures (network and Markov baseline) are validate's, not those of another subset
+            # figures (network and Markov baseline) are validate's, not those of another subset;
+            # a --trainer.limit_test_batches on the command line is the user's and stays
             self.trainer.limit_test_batches = self.trainer.limit_val_batches
 
     def before_predict(self) -> None:
@@ -221,7 +252,13 @@ class BioMoECLI(LightningCLI):
         self._check_ckpt_folder()
         self._warn_untrained()
         if not any(isinstance(cb, BasePredictionWriter) for cb in self.trainer.callbacks):
-            self.trainer.callbacks.append(WindowScoreWriter())  # inside the run's version folder
+            # into the logger's version folder where one logs, else under a --trainer.default_root_dir
+            # given, else beside the checkpoint in its run's version folder
+            beside = None
+            if self.trainer.logger is None and "trainer.default_root_dir" not in options_given(
+                    getattr(self, "_argv", [])):
+                beside = predictions_folder(self.config[self.subcommand].get("ckpt_path"))
+            self.trainer.callbacks.append(WindowScoreWriter(output_dir=beside))
 
     def before_fit(self) -> None:
         self._check_vocab()
@@ -298,7 +335,7 @@ class BioMoECLI(LightningCLI):
         if os.path.isfile(text):  # integrity, structure, finite weights before Lightning reads it
             verify_checkpoint(text, shapes=False)
         try:
-            self._trusted_ckpt_hparams(text) if trusted() and os.path.isfile(text) else super()._parse_ckpt_path()
+            self._ckpt_file_hparams(text) if os.path.isfile(text) else super()._parse_ckpt_path()
         except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:
             refused = refusal(exc)
             detail = " ".join(str(exc).split())[:200]
@@ -307,10 +344,13 @@ class BioMoECLI(LightningCLI):
         if os.path.isfile(text):
             self._verify_ckpt(text)
 
-    def _trusted_ckpt_hparams(self, path: str) -> None:
-        """Lightning's ``_parse_ckpt_path`` for a checkpoint the user trusts: Lightning always reads
-        it weights-only, which refuses a trusted file's other pickled objects (a callback's state)."""
-        hparams = dict(read_checkpoint(path).get("hyper_parameters") or {})
+    def _ckpt_file_hparams(self, path: str) -> None:
+        """Lightning's ``_parse_ckpt_path`` for a checkpoint file, read as every biomoe reader reads
+        one (weights-only unless the user trusts it; Lightning's own read refuses a trusted file's
+        other pickled objects, a callback's state), with configs recorded as dataclasses (by an
+        older ``import-hf``) passed on as the plain fields the parser reads."""
+        hparams = {key: dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+                   for key, value in dict(read_checkpoint(path).get("hyper_parameters") or {}).items()}
         hparams.pop("_instantiator", None)
         if not hparams:
             return
@@ -397,6 +437,8 @@ def run_lightning_cli(args: list[str] | None = None, cli_class: type[BioMoECLI] 
         save_config_callback=AtomicSaveConfigCallback,
         save_config_kwargs={"overwrite": True},
         parser_kwargs={"exit_on_error": False,  # main() prints argument errors as one line
-                       "description": DESCRIPTION},
+                       "description": DESCRIPTION,
+                       # not sys.argv[0]: the help cache is filled by `python -c` (make install)
+                       "prog": "biomoe"},
         args=args,
     )

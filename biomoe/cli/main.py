@@ -3,7 +3,8 @@
 Bad input never ends in a traceback: :class:`~biomoe.errors.GenomeInputError` and
 :class:`~biomoe.model.config.ConfigError`, and what Lightning, torch or jsonargparse say about a
 user's values (:mod:`biomoe.cli.user_errors`), are printed as one line with exit status 2;
-Ctrl-C is one line and exit status 130. Every value is range-checked before anything is built
+Ctrl-C is one line (``biomoe: interrupted ...``, the user's stop, not an error) and exit status
+130. Every value is range-checked before anything is built
 (:mod:`biomoe.cli.run.config_checks`), every checkpoint is verified before it is loaded
 (:mod:`biomoe.checkpoint.verify`), and no output may replace an input (:mod:`biomoe.output_checks`).
 Pass ``--debug`` (or set ``BIOMOE_DEBUG=1``) to see the traceback.
@@ -27,6 +28,7 @@ from biomoe import output_checks
 from biomoe.cli import DESCRIPTION
 from biomoe.cli.commands import COMMANDS, EXTRA_COMMANDS, LIGHTNING_COMMANDS
 from biomoe.cli import help_cache
+from biomoe.cli.grammar import checkpoint_first
 from biomoe.cli.recipes import expand_recipe_names
 from biomoe.cli.user_errors import INTERRUPTED, classify
 from biomoe.cli.warning_lines import VERBOSE_ENV, VERBOSE_OPTION, WarningLines, quiet_known_noise
@@ -80,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 return code
             if argv[:1] and argv[0] in LIGHTNING_COMMANDS and help_cache.is_help_request(argv):
                 _lightning_help(argv)
+            argv = checkpoint_first(argv)  # validate CKPT: --ckpt_path CKPT
             # Lightning and torch are imported only for the commands that need them (start-up time).
             from biomoe.cli.lightning_cli import run_lightning_cli
             from biomoe.cli.run.config_checks import check_config_files
@@ -107,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         found = None if debug else classify(err)
         if found is None:
             raise  # a bug, not the user's input: keep the traceback
-        print(f"biomoe: error: {found.message}", file=sys.stderr)
+        # a deliberate Ctrl-C is the user's stop, not an error
+        print(f"biomoe: {'' if found.exit_code == 130 else 'error: '}{found.message}", file=sys.stderr)
         return found.exit_code
     finally:
         warnings.showwarning = shown
@@ -200,11 +204,12 @@ def _quiet_interrupt_notice(record: logging.LogRecord) -> bool:
 
 
 def _interrupted() -> int:
-    """Ctrl-C: one line and the shell's status for SIGINT. Checkpoints are written atomically, so
-    the last one that completed is intact; a write that was cut off left no file behind."""
+    """Ctrl-C: one line and the shell's status for SIGINT; the user's stop, so not worded as an
+    error. Outputs are written atomically, so every one that completed is intact; a write that
+    was cut off left no file behind."""
     from biomoe.training.guards.stop_report import take_line  # what the interrupted fit saved, if one ran
 
-    print(f"biomoe: error: {take_line() or INTERRUPTED}", file=sys.stderr)
+    print(f"biomoe: {take_line() or INTERRUPTED}", file=sys.stderr)
     return 130
 
 

@@ -34,12 +34,15 @@ def split_settings(args) -> dict:
     the command line sets; no augmentation (validation windows never have any)."""
     from biomoe.checkpoint.records import training_data_settings  # after parsing: --help stays fast
     from biomoe.checkpoint.run_folder import resolve_checkpoint
+    from biomoe.checkpoint.verify import check_checkpoint_file
     from biomoe.cli.windows import command_window
     from biomoe.errors import GenomeInputError
 
     settings: dict = {"val_fraction": 0.1}
     if args.ckpt_path is not None:
-        recorded = training_data_settings(resolve_checkpoint(args.ckpt_path))
+        ckpt = resolve_checkpoint(args.ckpt_path)
+        check_checkpoint_file(ckpt)  # missing or not a checkpoint: said as such
+        recorded = training_data_settings(ckpt)
         if not recorded.get("fasta"):
             raise GenomeInputError(args.ckpt_path, "records no training data settings; give the FASTA files, "
                                                    "--seq-length and --val-fraction")

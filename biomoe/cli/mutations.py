@@ -68,7 +68,7 @@ def _parser() -> CommandParser:
                         help="bases per scoring window (default: the checkpoint's training seq_length, else 1024; "
                              f"on a CPU at most {CPU_WINDOW})")
     add_batch_tokens_option(parser)
-    add_device_option(parser, help=None)
+    add_device_option(parser)
     add_runtime_options(parser)
     add_progress_option(parser)
     return parser

@@ -14,7 +14,7 @@ A run never changes an earlier run's files. Without a logger the log dir is the 
 so a second ``fit`` there would replace the first run's ``config.yaml`` (and then its checkpoints):
 it stops in one line instead, before its first step. A ``fit`` that resumes a checkpoint inside
 that folder is the same run, and its ``config.yaml`` then describes the resumed run;
-``validate``/``test``/``predict`` never replace one.
+``validate``/``test``/``predict`` never replace one, and write one only into a logger's folder.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class AtomicSaveConfigCallback(SaveConfigCallback):
     """``SaveConfigCallback`` through biomoe's atomic writer and input guard (single-file configs)."""
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit" and trainer.logger is None:
+            return  # validate/test/predict without a logger have no folder of their own to record it in
         if stage != "fit":
             self._save(trainer, pl_module, stage)
 

@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=positive_int, default=None, help="at most this many windows per "
                         "forward pass (default: as many as --batch-tokens holds)")
     parser.add_argument("--per-base", action="store_true", help="also write per-base scores to OUT.npz")
-    add_device_option(parser, help=None)
+    add_device_option(parser)
     add_runtime_options(parser)
     parser.add_argument("--repeat-expert", action="store_true",
                         help="mix the network with the repeat expert fitted on the checkpoint's training split")
@@ -64,9 +64,10 @@ def main(argv: list[str]) -> int:
     from biomoe.genomics.repeat_mix import expert_for_checkpoint
     from biomoe.inference.score_fasta import score_genome, summary_rows
     genome = open_reader(args.fasta)
-    window = scoring_window(args.window, args.ckpt)  # checked against the training length
+    longest = max(c.length for c in genome.contigs)
+    window = scoring_window(args.window, args.ckpt, longest=longest)  # checked against the training length
     model = model_from_args(args)
-    check_window_memory(window, model, max(c.length for c in genome.contigs))
+    check_window_memory(window, model, longest)
     repeat = None
     if args.repeat_expert or args.repeat_fasta or args.repeat_follow_copies:
         repeat = expert_for_checkpoint(args.ckpt, args.repeat_fasta, follow_copies=args.repeat_follow_copies)

@@ -6,7 +6,10 @@ describes the windows, what an indel's llr includes, the table format and how co
 :mod:`biomoe.inference.variant_vcf` which VCF alleles are set aside) and writes one TSV row per
 variant: contig, position, id, ref, alt as read (the VCF ID or the table's id column, ``.`` when
 absent, so results join back to the input), window_start (0-based), logp_ref, logp_alt and llr
-(nats), then the INFO fields asked for with ``--info``.
+(nats), then the INFO fields asked for with ``--info``. An ``--out`` ending in ``.vcf`` is written as
+a VCF instead, for bcftools and genome browsers: a record per allele with those scores as INFO
+fields (``LLR``, ``LOGP_REF``, ``LOGP_ALT``, ``WINDOW_START``) declared in its header; a
+compressed VCF or BCF name is refused (compress the VCF afterwards).
 
 VCF alleles that are not sequence (symbolic, ``*``, breakends, N or IUPAC codes, no ALT) are
 always set aside, counted on stderr and listed with the reason in ``OUT.skipped.tsv``
@@ -72,7 +75,8 @@ def main(argv: list[str]) -> int:
                              "may name them in any order) or VCF/BCF (.vcf, .vcf.gz, .bcf); substitutions and "
                              "indels, VCF-style with the base before an indel (AT>A, A>ATTG); "
                              "contigs by full FASTA ID, accession (NC_011333.1, NC_011333) or unique prefix")
-    parser.add_argument("--out", required=True, type=Path, help="output TSV")
+    parser.add_argument("--out", required=True, type=Path,
+                        help="output: VCF when it ends in .vcf (the scores as INFO fields), else TSV")
     parser.add_argument("--window", type=positive_int, default=None,
                         help="bases per window, centred on the variant (default: the checkpoint's training "
                              "seq_length, else 1024)")
@@ -83,7 +87,7 @@ def main(argv: list[str]) -> int:
                              "beyond the contig end), count them on stderr and list them in OUT.skipped.tsv "
                              "(where VCF alleles that are not sequence, such as <DEL>, are always listed)")
     add_batch_tokens_option(parser)
-    add_device_option(parser, help=None)
+    add_device_option(parser)
     add_runtime_options(parser)
     add_progress_option(parser)
     args = checkpoint_of(parser.parse_args(argv), parser)  # a run folder -> its checkpoint
@@ -91,7 +95,8 @@ def main(argv: list[str]) -> int:
     from biomoe.cli.windows import scoring_window
     from biomoe.inference.batching import check_window_memory
     from biomoe.inference.score_variants import check_variants, read_variants, score_windows
-    from biomoe.inference.variant_vcf import is_vcf, read_vcf
+    from biomoe.inference.variant_vcf import check_effects_output, is_vcf, read_vcf
+    check_effects_output(args.out)  # .vcf.gz, .bcf: refused before any work
     sidecar = skipped_path(args.out)
     # --out never replaces an input, nor does the skipped list written or removed beside it
     check_outputs([args.out, sidecar], [args.ckpt, *args.fasta, args.variants])
@@ -107,7 +112,8 @@ def main(argv: list[str]) -> int:
         raise GenomeInputError(args.variants, "no variants to score (the table is empty, or only a header "
                                               "and comments)")
     genome = open_reader(args.fasta)
-    window = scoring_window(args.window, args.ckpt)  # checked against the training length
+    longest = max(c.length for c in genome.contigs)
+    window = scoring_window(args.window, args.ckpt, longest=longest)  # checked against the training length
     variants, prepared, set_aside = check_variants(genome, variants, window, source=str(args.variants),
                                                    skip=args.skip_mismatched)  # all checked before any is scored
     set_aside = unscorable + set_aside
@@ -117,13 +123,15 @@ def main(argv: list[str]) -> int:
                                               f"first: {set_aside[0][0].label()}, {set_aside[0][1]}); "
                                               f"listed in {sidecar}")
     model = model_from_args(args)
-    check_window_memory(window, model, max(c.length for c in genome.contigs))
+    check_window_memory(window, model, longest)
     with progress_bar(len(variants), "score-variants", unit="variant", disable=args.no_progress) as bar, \
             FirstBatchClock(bar) as clock:
         rows = score_windows(model, variants, prepared, progress=clock, batch_tokens=args.batch_tokens)
     print(clock.report("scored", len(rows), "variants", lambda work, _, seconds: f"{work / seconds:,.0f} variants/s"),
           file=sys.stderr)
-    _write_results(args.out, sidecar, rows, info, set_aside)
+    reference = [str(p) for p in genome.paths]
+    _write_results(args.out, sidecar, rows, info, set_aside,
+                   {c.name: c.length for c in genome.contigs}, reference)
     mismatched = set_aside[len(unscorable):]
     if unscorable:  # said once the list is there to read
         print(f"biomoe: note: {args.variants}: skipped {len(unscorable):,} ALT allele(s) that are not A/C/G/T "
@@ -161,16 +169,23 @@ def _write_skipped(sidecar: Path, set_aside: list[tuple[Variant, str]]) -> None:
 
 
 def _write_results(out: Path, sidecar: Path, rows: list[dict[str, object]], info: list[str],
-                   set_aside: list[tuple[Variant, str]]) -> None:
-    """The results and the skipped list, committed together: both new (or, with nothing skipped,
-    an earlier run's list removed), or on any failure both as they were."""
+                   set_aside: list[tuple[Variant, str]], contig_lengths: dict[str, int] | None = None,
+                   reference: list[str] | None = None) -> None:
+    """The results (VCF for a ``.vcf`` name, else TSV) and the skipped list, committed together:
+    both new (or, with nothing skipped, an earlier run's list removed), or on any failure both as
+    they were."""
+    from biomoe.inference.variant_vcf import write_effects_vcf
+
     header = COLUMNS + [key if key not in COLUMNS else f"info.{key}" for key in info]
     with commit_together([out, sidecar]) as outputs:
         with open(outputs.temp(out), "w") as handle:
-            handle.write("\t".join(header) + "\n")
-            for row in rows:
-                cells = [_cell(row[c]) for c in COLUMNS] + [row["info"].get(key, "") for key in info]
-                handle.write("\t".join(cells) + "\n")
+            if out.name.lower().endswith(".vcf"):
+                write_effects_vcf(handle, rows, info, contig_lengths or {}, reference or [])
+            else:
+                handle.write("\t".join(header) + "\n")
+                for row in rows:
+                    cells = [_cell(row[c]) for c in COLUMNS] + [row["info"].get(key, "") for key in info]
+                    handle.write("\t".join(cells) + "\n")
         if set_aside:
             with open(outputs.temp(sidecar), "w") as handle:
                 _skipped_rows(handle, set_aside)

@@ -22,7 +22,8 @@ genuine bug must keep its traceback. The rule, :func:`classify`:
   host ``MemoryError`` and CUDA out-of-memory name the option that sizes the work of the command
   that ran out (``--batch-tokens``/``--batch-size``, ``--length``, ``data.seq_length`` for
   training); a full disk, file size limit, quota, read-only folder or permission refused on a file
-  names the file (:func:`biomoe.files.write_failure`; writers already raise it as one line).
+  names the file (:func:`biomoe.files.write_failure`; writers already raise it as one line), and
+  any other OS error about a path (a folder that refuses to be created, ``chattr +i``) names the path.
 
 Anything else (an ``AttributeError`` in a training step, a ``ValueError`` from our own code in the
 middle of a run) is a bug and is re-raised with its traceback.
@@ -48,8 +49,8 @@ _LIGHTNING = tuple(os.sep + name + os.sep for name in ("lightning", "lightning_f
 _LIBRARIES = _LIGHTNING + (os.sep + "torch" + os.sep, os.sep + "jsonargparse" + os.sep)
 _CKPT_SELECTION = CHECKPOINT_SELECTION_FRAMES + ("resume_start",)
 _MAX_CHARS = 400
-INTERRUPTED = ("interrupted (Ctrl-C); checkpoints already written are complete, the one being written (if any) "
-               "was discarded")
+INTERRUPTED = ("interrupted (Ctrl-C); no output was left half-written (every file appears only once it is "
+               "complete)")
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,23 @@ def _resource_error(chain: list[BaseException]) -> UserError | None:
 
             failure = write_failure(item.filename, item)
             return UserError(one_line(failure)) if failure is not None else None
+    for item in chain:
+        if isinstance(item, OSError) and item.filename and item.strerror:
+            # a folder that refuses to be created or written (chattr +i: EPERM), a path through a
+            # file, a name too long: the file system's answer about one path, named in one line
+            return UserError(one_line(f"{_output_of(os.fspath(item.filename))}: {item.strerror.lower()}"))
     return None
+
+
+def _output_of(path: str) -> str:
+    """The output a temporary beside it belongs to (``.x.store.biomoe-tmp-123-ab`` -> ``x.store``),
+    else ``path``: a temporary's name means nothing to the user."""
+    from biomoe.temporaries import TEMP_MARK
+
+    folder, name = os.path.split(path)
+    if name.startswith(".") and TEMP_MARK in name:
+        return os.path.join(folder, name[1:name.index(TEMP_MARK)])
+    return path
 
 
 def _outer_traceback(chain: list[BaseException]):

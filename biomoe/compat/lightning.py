@@ -38,6 +38,14 @@ def add_subcommand(parser: Any, name: str, subparser: Any, help: str) -> None:
     parser._subcommands_action.add_subcommand(name, subparser, help=help)
 
 
+def set_option_help(parser: Any, dest: str, text: str) -> None:
+    """Replace the help of the option whose destination is ``dest`` (jsonargparse builds a
+    Trainer method's options with that method's docstring)."""
+    for action in parser._actions:
+        if action.dest == dest:
+            action.help = text
+
+
 def set_negative_number_matcher(parser: Any, pattern: Any) -> None:
     """Which tokens argparse reads as (negative) numbers rather than option names: Python 3.11's
     default takes ``-1e-3`` for an option."""

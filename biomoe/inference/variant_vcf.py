@@ -1,4 +1,5 @@
-"""Variants of a VCF/BCF file, read with pysam (``pip install 'biomoe[vcf]'``).
+"""Variants of a VCF/BCF file, read with pysam (``pip install 'biomoe[vcf]'``), and variant effects
+written as a VCF (plain text, no dependency).
 
 Every ALT allele of a record is one variant, carrying the record's ID and any INFO fields asked
 for. Substitutions and indels (REF and ALT of A/C/G/T, VCF-style with the base before an indel)
@@ -16,12 +17,14 @@ so a call set can be scored as it comes from a caller and what was left out can 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TextIO
 
 from biomoe.errors import GenomeInputError
 from biomoe.inference.score_variants import Variant
 
-__all__ = ["VCF_SUFFIXES", "is_vcf", "read_vcf", "unscorable_reason"]
+__all__ = ["EFFECT_FIELDS", "VCF_SUFFIXES", "check_effects_output", "is_vcf", "read_vcf", "unscorable_reason",
+           "write_effects_vcf"]
 
 VCF_SUFFIXES: tuple[str, ...] = (".vcf", ".vcf.gz", ".vcf.bgz", ".bcf")
 _BASES = frozenset("ACGT")
@@ -133,3 +136,63 @@ def _info_value(value) -> str:
     if isinstance(value, float):  # htslib stores floats in 32 bits: 7 digits say all of it
         return f"{value:.7g}"
     return str(value)
+
+
+EFFECT_FIELDS: tuple[tuple[str, str, str, str, str], ...] = (
+    # (INFO ID, result column, Number, Type, Description)
+    ("LLR", "llr", "A", "Float", "log p(alt window) - log p(ref window) under the model, in nats "
+                                 "(biomoe score-variants; negative: the model finds the allele less likely)"),
+    ("LOGP_REF", "logp_ref", "1", "Float", "log-likelihood of the reference window, in nats"),
+    ("LOGP_ALT", "logp_alt", "A", "Float", "log-likelihood of the alternative window, in nats"),
+    ("WINDOW_START", "window_start", "1", "Integer", "0-based start of the scored window on the contig"),
+)
+"""The INFO fields of an effects VCF: one per column of the results table."""
+
+
+def check_effects_output(path: str | os.PathLike[str]) -> None:
+    """An effects output named like a compressed VCF or a BCF is refused before any work: biomoe
+    writes plain VCF text (``bgzip effects.vcf`` and ``bcftools view -Ob`` make the others)."""
+    name = os.fspath(path).lower()
+    if is_vcf(name) and not name.endswith(".vcf"):
+        raise GenomeInputError(path, "score-variants writes plain VCF (--out effects.vcf) or TSV; compress it "
+                                     "afterwards (bgzip effects.vcf, or bcftools view -Ob for BCF)")
+
+
+def write_effects_vcf(handle: TextIO, rows: Iterable[Mapping[str, object]], info: Sequence[str],
+                      contig_lengths: Mapping[str, int], reference: Sequence[str]) -> None:
+    """The scored variants as VCF 4.2: one record per ALT allele, in contig order (first
+    appearance) and by position, with the scores as INFO fields (:data:`EFFECT_FIELDS`) and the
+    input's INFO fields asked for with ``--info`` copied as text. ``contig_lengths`` gives the
+    ``##contig`` lines their length where the contig is known by that name."""
+    rows = list(rows)
+    order = {contig: i for i, contig in enumerate(dict.fromkeys(str(row["contig"]) for row in rows))}
+    rows.sort(key=lambda row: (order[str(row["contig"])], int(row["position"])))
+    handle.write("##fileformat=VCFv4.2\n##source=biomoe score-variants\n")
+    if reference:
+        handle.write(f"##reference={','.join(reference)}\n")
+    for contig in order:
+        length = contig_lengths.get(contig)
+        handle.write(f"##contig=<ID={contig}{f',length={length}' if length else ''}>\n")
+    for key, _, number, kind, description in EFFECT_FIELDS:
+        handle.write(f'##INFO=<ID={key},Number={number},Type={kind},Description="{description}">\n')
+    copied = [key for key in info if key not in {field[0] for field in EFFECT_FIELDS}]
+    for key in copied:
+        handle.write(f'##INFO=<ID={key},Number=.,Type=String,Description="{key} of the input VCF, as text">\n')
+    handle.write("#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n")
+    for row in rows:
+        fields = [f"{key}={_number(row[column])}" for key, column, *_ in EFFECT_FIELDS]
+        given = row.get("info") or {}
+        fields += [f"{key}={_escaped(str(given[key]))}" for key in copied if given.get(key) not in (None, "")]
+        handle.write("\t".join([str(row["contig"]), str(row["position"]), str(row["id"] or "."), str(row["ref"]),
+                                str(row["alt"]), ".", ".", ";".join(fields)]) + "\n")
+
+
+def _number(value: object) -> str:
+    return f"{value:.6f}" if isinstance(value, float) else str(value)
+
+
+def _escaped(text: str) -> str:
+    """An INFO value as VCF allows it: no spaces, semicolons or equals signs (percent-encoded)."""
+    for char, code in ((" ", "%20"), (";", "%3B"), ("=", "%3D"), ("\t", "%09")):
+        text = text.replace(char, code)
+    return text

@@ -17,10 +17,13 @@ softmax alone, so the exported model would route differently).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import lightning
@@ -194,10 +197,34 @@ def export_hf(ckpt_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     (biomoe's ids, see :mod:`biomoe.interop.hf_tokenizer`), ``generation_config.json`` (samples
     A/C/G/T only) and ``README.md`` (a model card from what the checkpoint records). ``ckpt_path``
     may be a run folder: its best checkpoint is exported."""
+    out = Path(out_dir)
+    with _no_empty_folders_on_failure(out):
+        return _export_hf(ckpt_path, out)
+
+
+@contextlib.contextmanager
+def _no_empty_folders_on_failure(out: Path) -> Iterator[None]:
+    """An export that fails (a missing checkpoint, a model Mixtral cannot hold) leaves no empty
+    output folder behind: the folders it created for ``out`` are removed again while they are
+    empty (the output checks create them to try a write there)."""
+    created = []
+    folder = out.absolute()
+    while not folder.exists() and folder.parent != folder:
+        created.append(folder)
+        folder = folder.parent
+    try:
+        yield
+    except BaseException:
+        for folder in created:  # innermost first
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only while empty
+        raise
+
+
+def _export_hf(ckpt_path: str | os.PathLike[str], out: Path) -> Path:
     from safetensors.torch import save_file  # optional dependency
 
     ckpt_path = resolve_checkpoint(ckpt_path)
-    out = Path(out_dir)
     check_outputs([out / name for name in _EXPORTED_FILES], [ckpt_path])
     model = load_model(ckpt_path)
     tensors = to_hf_state_dict(model)
@@ -271,11 +298,15 @@ def import_hf(hf_dir: str | os.PathLike[str], out_ckpt: str | os.PathLike[str]) 
     except (RuntimeError, KeyError) as exc:  # shapes or names that config.json does not describe
         raise GenomeInputError(folder, f"weights do not match config.json ({type(exc).__name__}: "
                                        f"{' '.join(str(exc).split())[:200]})") from None
+    # What fit's checkpoints hold, in the same plain form (the configs as dicts, which the command
+    # line's parser reads back), less what only a training run has: loop progress, callback and
+    # optimizer state. validate/test/predict read it like a best checkpoint, fit only as weights.
     checkpoint = {
         "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-        "hyper_parameters": {"config": cfg, "optim": OptimConfig(), "log_expert_load_every_n_steps": 50},
+        "hyper_parameters": {"config": dataclasses.asdict(cfg), "optim": dataclasses.asdict(OptimConfig()),
+                             "log_expert_load_every_n_steps": 50},
         "pytorch-lightning_version": lightning.__version__,
-        "epoch": 0, "global_step": 0, "loops": {}, "callbacks": {},
+        "epoch": 0, "global_step": 0,
     }
     trained = None if foreign else exported_training_length(config)
     if trained is not None:

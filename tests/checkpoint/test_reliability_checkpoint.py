@@ -210,7 +210,7 @@ def test_ctrl_c_during_a_checkpoint_write_exits_cleanly(tmp_path: Path) -> None:
     assert result.returncode == 130, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines[-1].startswith("biomoe: error: interrupted (Ctrl-C)")
+    assert lines[-1].startswith("biomoe: interrupted (Ctrl-C)")
     folder = tmp_path / "run" / "checkpoints"
     assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "last.ckpt"]
     assert torch.load(folder / "last.ckpt", weights_only=False)["global_step"] == 2

@@ -176,7 +176,7 @@ def test_ctrl_c_mid_fit_is_exit_130_in_one_line(tmp_path: Path) -> None:
                             timeout=600)
     assert result.returncode == 130, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and "stopped by SIGTERM" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("biomoe: error: interrupted (Ctrl-C)")
+    assert result.stderr.strip().splitlines()[-1].startswith("biomoe: interrupted (Ctrl-C)")
 
 
 @pytest.mark.slow
@@ -196,7 +196,7 @@ def test_ctrl_c_during_validation_saves_the_steps_so_far_and_resumes_bit_exactly
                               "--trainer.callbacks.step", "7"], env=env, capture_output=True, text=True, timeout=600)
     assert stopped.returncode == 130, stopped.stderr[-2000:]
     last_line = stopped.stderr.strip().splitlines()[-1]
-    assert last_line.startswith("biomoe: error: interrupted (Ctrl-C) at step 7; saved: "), last_line
+    assert last_line.startswith("biomoe: interrupted (Ctrl-C) at step 7; saved: "), last_line
     saved = Path(last_line.split("saved: ", 1)[1].split(" (step", 1)[0])
     assert saved.name == "last.ckpt" and "(step 7); resume with: " in last_line and "--ckpt_path" in last_line
     assert torch.load(saved, weights_only=True)["global_step"] == 7

@@ -22,8 +22,8 @@ from typing import Any
 from biomoe.checkpoint.run_folder import resolve_checkpoint
 from biomoe.cli.run.config_values import class_name, entries, get, init_args, mapping
 
-__all__ = ["checkpoint_folders", "follow_root_dir", "options_given", "remove_unstarted_run_folder",
-           "resolve_run_folder"]
+__all__ = ["checkpoint_folders", "follow_root_dir", "free_folder", "options_given", "predictions_folder",
+           "remove_unstarted_run_folder", "resolve_run_folder", "scoring_logs_nothing"]
 
 SCORING = ("validate", "test", "predict")
 """The subcommands that read a trained run's checkpoint."""
@@ -65,6 +65,43 @@ def follow_root_dir(section: Any, given: set[str]) -> list[str]:
                 args["dirpath"] = None
                 changed.append("ModelCheckpoint.dirpath")
     return changed
+
+
+def scoring_logs_nothing(section: Any, given: set[str]) -> bool:
+    """validate/test/predict print their figures and, unless a ``--trainer.logger...`` option is on the
+    command line, log nowhere: a logger (Lightning's default, or the recipe's) made a new
+    ``version_N`` folder for every one of them, in the working folder or beside the recipe's
+    training runs, which looked like runs. ``section`` is the subcommand's parsed config, changed
+    in place; returns whether the logger was turned off."""
+    if any(key == "trainer.logger" or key.startswith("trainer.logger.") for key in given):
+        return False
+    trainer = section.get("trainer")
+    if trainer is None:
+        return False
+    trainer["logger"] = False
+    return True
+
+
+def predictions_folder(ckpt: Any) -> str | None:
+    """Where ``predict`` writes when nothing else says: the first free ``predictions`` folder of the
+    version folder that holds the checkpoint (``runs/x/version_3/checkpoints/last.ckpt``), None
+    for a checkpoint outside a run's ``checkpoints/`` folder."""
+    if not isinstance(ckpt, (str, os.PathLike)):
+        return None
+    parent = os.path.dirname(os.path.abspath(os.fspath(ckpt)))
+    if os.path.basename(parent) != "checkpoints":
+        return None
+    return free_folder(os.path.join(os.path.dirname(parent), "predictions"))
+
+
+def free_folder(path: str) -> str:
+    """``path``, or ``path_1``, ``path_2``, ... : the first that is missing or an empty folder (one
+    run's results never replace another's)."""
+    candidate, n = path, 0
+    while os.path.exists(candidate) and (not os.path.isdir(candidate) or os.listdir(candidate)):
+        n += 1
+        candidate = f"{path}_{n}"
+    return candidate
 
 
 def checkpoint_folders(section: Any) -> list[str]:

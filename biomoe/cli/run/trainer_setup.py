@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,9 +22,10 @@ from biomoe.compat.lightning import attached_trainer
 from biomoe.errors import ConfigError
 from biomoe.training.reports.genome_metrics import PerGenomeMetrics
 
-__all__ = ["ParameterSummary", "StepProgressBar", "available_accelerators", "check_accelerator",
+__all__ = ["ParameterSummary", "StepProgressBar", "available_accelerators", "cap_loader_workers", "check_accelerator",
            "check_logger_packages", "choose_cpu_precision", "install_model_summary", "install_per_genome_metrics",
-           "install_progress_bar", "quiet_lightning_tips", "runs_on_cpu", "set_matmul_precision"]
+           "install_progress_bar", "quiet_lightning_tips", "runs_on_cpu", "set_matmul_precision",
+           "usable_cores"]
 
 # Logger class -> (packages any one of which it needs, the biomoe extra that installs one).
 LOGGER_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -58,16 +61,29 @@ class _DropMessages(logging.Filter):
         return not any(fragment in message for fragment in self.fragments)
 
 
-_TIPS = _DropMessages(["try installing [litlogger]", "100% of the batches"])
+_TIPS = _DropMessages(["try installing [litlogger]", "try installing [litmodels]", "100% of the batches"])
+
+SCORING_NOISE = (
+    # validate/test/predict seed nothing that changes their figures
+    "No seed found",
+    # a checkpoint from fit records its callbacks' state (checkpointing, guards): restoring them is
+    # a concern of resuming training, not of scoring the weights
+    r"Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided",
+)
+"""Start of Lightning's warnings that validate/test/predict never show."""
 
 
-def quiet_lightning_tips() -> None:
-    """Drop Lightning's advertisement for its cloud logger and its note that a ``limit_*_batches``
-    of 1.0 uses every batch (what 1.0 says), both printed on every run (a logging filter on
-    Lightning's rank-zero logger; its other messages are untouched)."""
+def quiet_lightning_tips(scoring: bool = False) -> None:
+    """Drop Lightning's advertisements for its cloud logger and model registry and its note that a
+    ``limit_*_batches`` of 1.0 uses every batch (what 1.0 says), printed on every run (a logging
+    filter on Lightning's rank-zero logger; its other messages are untouched); for the commands
+    that only score a checkpoint (``scoring``), also :data:`SCORING_NOISE`."""
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if _TIPS not in logger.filters:
         logger.addFilter(_TIPS)
+    if scoring:
+        for message in SCORING_NOISE:
+            warnings.filterwarnings("ignore", message=message)
 
 
 def available_accelerators() -> list[str]:
@@ -122,6 +138,28 @@ def choose_cpu_precision(section: Any, given: set[str]) -> str | None:
     trainer["precision"] = CPU_PRECISION
     return (f"biomoe: note: running in {CPU_PRECISION} on this CPU: the config's trainer.precision {precision} is "
             f"for GPUs and runs many times slower here (--trainer.precision {precision} keeps it)")
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the system has one: a
+    container or ``taskset`` allows fewer than the machine has)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
+def cap_loader_workers(section: Any, given: set[str]) -> int | None:
+    """A config's ``data.num_workers`` above the cores this process may use is lowered to that
+    many: a GPU recipe's 8 loader processes on a 2-core laptop only compete with training for the
+    cores (and torch warned twice). A value given as ``--data.num_workers`` on the command line is
+    the user's choice and stays. ``section`` is one subcommand's parsed config, changed in place;
+    returns the value set, or None when nothing changed."""
+    data = get(section, "data")
+    workers = get(data, "num_workers")
+    cores = usable_cores()
+    if not isinstance(workers, int) or workers <= cores or "data.num_workers" in given:
+        return None
+    data["num_workers"] = cores
+    return cores
 
 
 def set_matmul_precision(accelerator: Any = None) -> str | None:
