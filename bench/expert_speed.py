@@ -172,8 +172,10 @@ def summarise(results: dict[str, dict], gpu: str) -> list[dict]:
             row["mfu"] = row["tflops"] / peak if peak else None
         rows.append(row)
     for row in rows:
+        # the dense twin on the same kernels; for a kernel set that only changes the experts (quack), on torch's
+        dense_kernels = "torch" if row["kernels"] == "quack" else row["kernels"]
         dense = next((r for r in rows if r["variant"] == "dense" and r["size"] == row["size"]
-                      and r["kernels"] == row["kernels"] and "tokens_per_s" in r), None)
+                      and r["kernels"] == dense_kernels and "tokens_per_s" in r), None)
         if dense and "tokens_per_s" in row:
             row["vs_dense"] = row["tokens_per_s"] / dense["tokens_per_s"]
     return rows

@@ -3,9 +3,9 @@
 The model defines its seams (:mod:`biomoe.model.backends`, and the expert-backend registry
 :data:`~biomoe.model.moe.experts.EXPERT_BACKENDS`) and never imports this package. Importing it
 registers the expert backends it provides (quack-kernels' ``quack``, Transformer Engine's ``te``
-and ``te_fused``; their modules import the kernel libraries only when a backend first computes), so the build step, which imports
-:mod:`biomoe.backends.select`, always sees every backend biomoe ships. Anywhere else, importing
-``biomoe`` makes this package the registry's loader
+and ``te_fused``; their modules import the kernel libraries only when a backend first computes),
+so the build step, which imports :mod:`biomoe.backends.select`, always sees every backend biomoe
+ships. Anywhere else, importing ``biomoe`` makes this package the registry's loader
 (:meth:`~biomoe.model.moe.experts.ExpertBackendRegistry.add_loader`): it is imported the first time
 backend names are listed or resolved, not when ``biomoe`` is (that would import torch).
 """

@@ -115,8 +115,8 @@ def expert_query(info: DeviceInfo | None, te_ok: bool, precision: str, hidden: i
                               libraries=frozenset({TE_LIBRARY}) if te_ok else frozenset())
 
 
-TORCH_EXPERT_BACKENDS = frozenset({"loop", "grouped"})
-"""biomoe's expert backends that compute with torch alone (their checks never ask for TE)."""
+TORCH_EXPERT_BACKENDS = frozenset({"loop", "grouped", "quack"})
+"""biomoe's expert backends that compute without Transformer Engine (their checks never ask for TE)."""
 
 
 def may_use_te(runtime: RuntimeConfig) -> bool:

@@ -43,15 +43,16 @@ class TileConfig:
 
 @functools.lru_cache(maxsize=1)
 def quack_problem() -> str | None:
-    """Why quack cannot be used here (None when it imports): not installed, or a broken install."""
+    """Why quack cannot be used here (None when it imports): not installed, or a broken install (its
+    error kept, so the line that refuses the backend says what is wrong)."""
     try:
         import quack.gemm_interface  # noqa: F401  (optional dependency)
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("quack", "cutlass"):
-            return "quack-kernels is not installed (pip install 'biomoe[kernels]')"
-        return f"quack-kernels does not import: {exc}"
+            return "not installed (pip install 'biomoe[kernels]')"
+        return f"installed but does not import ({exc})"
     except Exception as exc:  # a broken install raises OSError/RuntimeError too
-        return f"quack-kernels does not import: {type(exc).__name__}: {exc}"
+        return f"installed but does not import ({type(exc).__name__}: {exc})"
     return None
 
 

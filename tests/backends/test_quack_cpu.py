@@ -113,13 +113,29 @@ def test_quack_says_why_it_cannot_run(monkeypatch):
     assert "sm 8.0" in quack_availability(_query(capability=(8, 0))).reason
     assert "bf16" in quack_availability(_query(precision="fp8-delayed")).reason
     assert not quack_availability(_query(hidden_size=500)).runs
-    monkeypatch.setattr(quack_experts, "quack_problem", lambda: "quack-kernels is not installed (pip install x)")
+    monkeypatch.setattr(quack_experts, "quack_problem", lambda: "not installed (pip install 'biomoe[kernels]')")
     verdict = quack_availability(_query())
-    assert not verdict.runs and "not installed" in verdict.reason
+    assert not verdict.runs and "quack-kernels, not installed" in verdict.reason
 
 
 def test_naming_quack_where_it_cannot_run_is_one_clear_error():
     assert "quack" in EXPERT_BACKENDS.names()
-    with pytest.raises(ConfigError, match="expert_backend: quack needs"):
+    with pytest.raises(ConfigError) as err:
         resolve_expert_backend("quack", ExpertBackendQuery(device=torch.device("cpu")))
+    assert str(err.value) == "model.runtime.expert_backend: quack needs a CUDA GPU; use grouped or auto here"
+    fp32 = ExpertBackendQuery(device=torch.device("cuda"), capability=(9, 0), precision="fp8-delayed",
+                              hidden_size=512, ffn_hidden_size=1024)
+    with pytest.raises(ConfigError, match="quack needs bf16"):
+        resolve_expert_backend("quack", fp32)
     assert resolve_expert_backend("auto", ExpertBackendQuery(device=torch.device("cpu")))[0] == "grouped"
+
+
+def test_float32_experts_on_a_gpu_are_refused_in_one_line(monkeypatch):
+    from biomoe.backends.quack.experts import check_operands
+
+    x = torch.zeros(4, 8)
+    check_operands(x, x)  # the CPU reference computes any dtype
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    with pytest.raises(ConfigError, match="quack computes in bf16 only, and the experts got float32"):
+        check_operands(x, x)
+    check_operands(x.bfloat16(), x.bfloat16())

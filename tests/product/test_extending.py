@@ -117,8 +117,8 @@ def test_a_second_backend_under_a_taken_name_is_refused(split_backend):
 
 
 def test_the_shipped_table():
-    assert {"loop", "grouped", "te", "te_fused"} <= set(EXPERT_BACKENDS.names())
-    assert [s.name for s in EXPERT_BACKENDS.by_priority()][:3] == ["te_fused", "te", "grouped"]
+    assert {"loop", "grouped", "quack", "te", "te_fused"} <= set(EXPERT_BACKENDS.names())
+    assert [s.name for s in EXPERT_BACKENDS.by_priority()][:4] == ["te_fused", "te", "quack", "grouped"]
     assert EXPERT_BACKENDS.spec("loop").priority is None
     assert resolve_expert_backend("auto", ExpertBackendQuery()) == ("grouped", "no CUDA device")
     with pytest.raises(ConfigError) as err:
