@@ -36,6 +36,7 @@ DATES_NOT_IN_FILE = {
     "results/experts/speed/speed.json": "2026-12-06 to 2026-12-07",
     "results/bench/inference-gpu/score-embed.json": "2026-12-06",
     "results/bench/inference-gpu/variants-generate.json": "2026-12-06",
+    "results/experts/speed-quack/speed.json": "2026-12-07",
 }
 """Reports written before the bench recorded the date: the day of the commit that added each one
 (its folder's README says the same). A report that records ``environment.date`` is read instead."""
@@ -58,7 +59,7 @@ class Report:
 
     @property
     def date(self) -> str:
-        recorded = self.data.get("environment", {}).get("date")
+        recorded = self.data.get("environment", {}).get("date") or str(self.data.get("date", ""))[:10]
         if recorded:
             return recorded
         if self.path not in DATES_NOT_IN_FILE:
@@ -169,8 +170,8 @@ def sweep_headline(reports: list[Report]) -> str:
                      against(best_fp8(records, case, "biomoe-cli"), base, with_precision=True),
                      against(pick(records, case, "biomoe-loop"), base)])
     repeats = {rep.data["settings"].get("repeats") for rep in reports}
-    lines = table(["shape", "fastest HF row of the run", "**`cli.py fit`, bf16** (ratio; range)", "`cli.py fit`, best FP8",
-                   "bare loop bf16"], rows)
+    lines = table(["shape", "fastest HF row of the run", "**`cli.py fit`, bf16** (ratio; range)",
+                   "`cli.py fit`, best FP8", "bare loop bf16"], rows)
     lines += ["", f"Medians of {', '.join(str(n) for n in sorted(repeats))} runs per row, interleaved with "
               f"the other rows of the shape; {reports[0].machine()}. {hf_configurations_run(records)}. Files: "
               + ", ".join(f"`{rep.path}`" for rep in reports) + "."]
@@ -260,6 +261,72 @@ def expert_speed(reports: list[Report]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def expert_speed_quack(reports: list[Report]) -> str:
+    """Each model alone, the experts on torch's grouped GEMM and on quack's (``--kernels torch,quack``)."""
+    (rep,) = reports
+    rows_in = rep.data.get("contenders")
+    if not isinstance(rows_in, list):
+        raise DocsTableError(f"{rep.path}: not an expert speed table (no 'contenders' list)")
+    by = {(r["size"], r["variant"], r["kernels"]): r for r in rows_in if "tokens_per_s" in r}
+
+    def cells(row: dict | None) -> list[str]:
+        if row is None:
+            return ["–", "–", "–"]
+        runs = sum("tokens_per_s" in run for run in row["runs"])
+        low, high = row["tokens_per_s_range"]
+        return [f"{row['tokens_per_s'] / 1e3:,.0f}k ({low / 1e3:,.0f}–{high / 1e3:,.0f}k, {runs} runs)",
+                f"{row['vs_dense']:.2f}x", f"{row['peak_memory_gib']:.1f} GiB"]
+
+    rows = []
+    for size, size_label in EXPERT_SIZES.items():
+        first = True
+        for variant, label in EXPERT_VARIANTS.items():
+            grouped, quack = by.get((size, variant, "torch")), by.get((size, variant, "quack"))
+            if grouped is None and quack is None:
+                continue
+            gain = f"{quack['tokens_per_s'] / grouped['tokens_per_s']:.2f}x" if grouped and quack else "–"
+            rows.append([size_label if first else "", label, *cells(grouped), *cells(quack), gain])
+            first = False
+    lines = table(["size", "model", "grouped experts: tokens/s", "vs dense", "peak", "quack experts: tokens/s",
+                   "vs dense", "peak", "quack / grouped"], rows)
+    lines[1] = "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    lines += ["", f"Medians (range) of interleaved runs, each model alone on one {rep.gpu()}, {rep.date}; torch's "
+              "layer kernels, compiled blocks; the dense model has no experts, so both columns compare with its "
+              f"one row. File: `{rep.path}` (commands in `speed.md` beside it)."]
+    return "\n".join(lines) + "\n"
+
+
+def expert_gemms(reports: list[Report]) -> str:
+    """The six expert GEMMs of one training step against the dense twin's (``bench.expert_gemms``)."""
+    (rep,) = reports
+    rows_in = rep.data.get("rows")
+    if not isinstance(rows_in, list):
+        raise DocsTableError(f"{rep.path}: not an expert GEMM report (no 'rows' list)")
+    rows = []
+    for r in rows_in:
+        if "error" in r:
+            rows.append([r["size"], r["variant"], "failed", "", "", "", "", "", ""])
+            continue
+        worst = max(max(r["quack_error"].values()), max(r["quack_error_skewed"].values()))
+        swiglu = r["dense_swiglu_ms"]
+        rows.append([r["size"], f"{r['variant']} ({r['experts']} x top-{r['top_k']})",
+                     f"{r['dense_total_ms']:.2f}", f"{r['quack_total_ms']:.2f}", f"{r['quack_over_dense']:.2f}x",
+                     f"{swiglu['swiglu fwd']:.2f} + {swiglu['swiglu bwd']:.2f}",
+                     f"{r['quack_over_dense_with_swiglu']:.2f}x",
+                     f"{r['torch_grouped_step_ms']:.2f} ({r['torch_grouped_over_dense']:.2f}x)", f"{worst:.1e}"])
+    lines = table(["size", "experts", "dense six GEMMs, ms", "quack six, ms", "quack / dense",
+                   "dense SwiGLU fwd + bwd, ms", "quack / (dense + SwiGLU)", "torch grouped layer, ms",
+                   "quack worst error"], rows)
+    lines[1] = "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    env = rep.data.get("environment", {})
+    lines += ["", f"{rep.data['rows'][0]['tokens']:,} tokens "
+              f"per step, `do_bench` medians, one {rep.gpu()}, {rep.date}; torch {env.get('torch')}, quack-kernels "
+              f"{env.get('quack-kernels')}, nvidia-cutlass-dsl {env.get('nvidia-cutlass-dsl')}. Worst error: "
+              "relative to float32, unit-scale inputs, uniform and skewed routing. File: "
+              f"`{rep.path}` (command and per-op times in `gemms.md` beside it)."]
+    return "\n".join(lines) + "\n"
+
+
 USE_JOBS = {"score-fasta": "score-fasta", "embed": "embed", "score-variants": "score-variants, {work:,} SNVs",
             "generate-64": "generate, 64 x {length:,}"}
 
@@ -319,6 +386,8 @@ TABLES: dict[str, Table] = {
     "bench-single-run": Table(("results/bench/bench.json",), single_run),
     "bench-recipes": Table(("results/bench/recipes-all-shapes/bench.json",), recipes),
     "expert-speed": Table(("results/experts/speed/speed.json",), expert_speed),
+    "expert-speed-quack": Table(("results/experts/speed-quack/speed.json",), expert_speed_quack),
+    "expert-gemms": Table(("results/experts/gemms/gemms.json",), expert_gemms),
     "use-commands": Table(("results/bench/inference-gpu/score-embed.json",
                            "results/bench/inference-gpu/variants-generate.json"), use_commands),
 }
