@@ -72,8 +72,8 @@ def auto_layers_take_te(runtime: RuntimeConfig) -> bool:
     """Whether ``auto`` layer kernels (norm, attention, router, dispatch) may be TE's. Not for
     compiled bf16 blocks: ``torch.compile`` fuses the torch layers' memory-bound work with their
     neighbours but must break its graph at every TE call, and so each compiled step of the corpus
-    recipe ran faster on torch's layers on an H100 (dense 1.29x, 8-expert MoE 1.46x at hidden 512;
-    1.20x and 1.15x at 1,024; docs/benchmarks.md). Under an FP8/FP4 recipe TE computes the GEMMs,
+    recipe ran faster on torch's layers, dense and MoE, at both widths measured (docs/benchmarks.md,
+    "The MoE step against its dense twin"). Under an FP8/FP4 recipe TE computes the GEMMs,
     and its layers stay the choice."""
     return not (runtime.compile and runtime.precision == "bf16")
 

@@ -73,8 +73,8 @@ def weighted_sum_of_slots(rows: Tensor, weights: Tensor | None, row_of_slot: Ten
     For one or two slots each slot's rows are gathered into a contiguous ``[tokens, hidden]`` buffer
     and the second is added to the first by one fused multiply-add: the product over a gathered
     ``[tokens, k, hidden]`` copy with weights broadcast along ``hidden`` runs in torch's generic
-    elementwise kernel, and the sum after it is one more pass (on an H200, 262,144 tokens of 512:
-    1.52 ms against 1.12 ms). Past two slots, rounding every partial sum to bf16 would lose the
+    elementwise kernel, and the sum after it is one more pass (docs/benchmarks.md has the timing).
+    Past two slots, rounding every partial sum to bf16 would lose the
     accuracy of the reduction's fp32 accumulator, so the gathered copy is reduced as a whole; so it
     is under ``torch.compile`` too, which fuses gather, product and sum into one kernel itself."""
     hidden = rows.shape[-1]

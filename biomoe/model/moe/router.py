@@ -57,8 +57,8 @@ def expert_counts(indices: Tensor, num_experts: int) -> Tensor:
 
     The adds are int32: compiled, an int32 scatter-add is a kernel of atomic adds, while an int64
     one falls back to the sorting ``index_put`` kernel, which sums the duplicates of each index
-    one after another: all tokens land on E indices, and that kernel took 4.7 ms a layer on an
-    H100 at 65k tokens and 8 experts (the atomics: microseconds)."""
+    one after another: all tokens land on E indices, and that kernel serialised the whole layer
+    (docs/benchmarks.md, "The MoE step against its dense twin")."""
     flat = indices.reshape(-1)
     counts = torch.zeros(num_experts, dtype=torch.int32, device=flat.device)
     ones = torch.ones(flat.shape, dtype=torch.int32, device=flat.device)
