@@ -200,8 +200,10 @@ def test_checkpoints_get_the_umask_permissions(trained: Path) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_during_a_checkpoint_write_exits_cleanly(tmp_path: Path) -> None:
-    """SIGINT lands while torch's zip writer is writing the third checkpoint file: exit 130 with
-    one line, the checkpoints written before are intact, no partial file is left."""
+    """SIGINT lands while torch's zip writer is writing the third checkpoint file (step 4's): exit 130
+    with one line, the checkpoints written before are intact, no partial file is left, and the
+    steps trained since the newest complete file are kept in last.ckpt, which the line names with
+    the step it holds."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
     result = subprocess.run([sys.executable, str(ROOT / "cli.py"), *_args("fit", tmp_path, "--trainer.max_steps", "6",
                             "--trainer.val_check_interval", "2", "--trainer.callbacks+",
@@ -213,4 +215,6 @@ def test_ctrl_c_during_a_checkpoint_write_exits_cleanly(tmp_path: Path) -> None:
     assert lines[-1].startswith("biomoe: interrupted (Ctrl-C)")
     folder = tmp_path / "run" / "checkpoints"
     assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "last.ckpt"]
-    assert torch.load(folder / "last.ckpt", weights_only=False)["global_step"] == 2
+    assert torch.load(folder / "epoch=0-step=2.ckpt", weights_only=False)["global_step"] == 2
+    assert torch.load(folder / "last.ckpt", weights_only=False)["global_step"] == 4
+    assert f"saved: {folder / 'last.ckpt'} (step 4)" in lines[-1], lines[-1]

@@ -59,3 +59,25 @@ class PoisonForward(L.Callback):
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+
+
+class ValidationRecorder(L.Callback):
+    """Append one JSON line per validation that ran to its end during fit: the step it followed
+    and how many batches it scored."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self._batches = 0
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._batches = 0
+
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._batches += 1
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        with self.path.open("a") as handle:
+            handle.write(json.dumps({"step": trainer.global_step, "batches": self._batches}) + "\n")

@@ -31,3 +31,16 @@ class SignalDuringValidation(L.Callback):
                                 batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if not trainer.sanity_checking and trainer.global_step == self.step and batch_idx == 0:
             os.kill(os.getpid(), self.signum)
+
+
+class SignalMidStep(L.Callback):
+    """The signal inside the step that becomes optimizer step ``step``: after its backward pass,
+    before the update, as a Ctrl-C pressed while a long CPU step computes."""
+
+    def __init__(self, step: int, signum: str = "SIGINT", times: int = 1) -> None:
+        self.step, self.signum, self.times = step, getattr(signal, signum), times
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_step + 1 == self.step:
+            for _ in range(self.times):
+                os.kill(os.getpid(), self.signum)

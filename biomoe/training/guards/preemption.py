@@ -11,11 +11,14 @@ SIGTERM), the status a shell gives a process stopped by that signal.
 Ctrl-C keeps what was trained: when it lands between optimizer steps (in a validation, a checkpoint
 write, logging) after a step newer than the newest checkpoint, ``last.ckpt`` is written as for
 SIGTERM, so a Ctrl-C during the first validation no longer throws away the steps before it. The
-closing line says what of the run is on disk (the newest checkpoint this run wrote or resumed from,
-its step, and the exact command that resumes it) or that nothing was saved, so no one resumes a
-checkpoint of another run. A Ctrl-C inside a step (forward, backward, the update) saves nothing new:
-the weights may be half updated there. Neither does one under several processes, where the write is
-collective and the other processes may not have stopped at the same place.
+first Ctrl-C inside a step (forward, backward, the update, where the weights may be half updated)
+lets that step finish, then stops and saves the same way; a second one stops at once. A
+validation cut short is saved as not yet run, so the resumed run runs it again from its first
+batch (its partial sums are not in the file). The closing line says what of the run is on disk
+(the newest checkpoint this run wrote or resumed from, its step, and the exact command that
+resumes it) or that nothing was saved, so no one resumes a checkpoint of another run. Under
+several processes nothing new is saved on Ctrl-C: the write is collective and the other processes
+may not have stopped at the same place.
 
 SLURM's own requeue signal (``#SBATCH --signal=SIGUSR1@90``) is Lightning's
 :class:`~lightning.pytorch.plugins.environments.SLURMEnvironment` with ``auto_requeue``: it saves
@@ -25,8 +28,9 @@ SLURM's own requeue signal (``#SBATCH --signal=SIGUSR1@90``) is Lightning's
 from __future__ import annotations
 
 import os
+import signal
 import sys
-import time
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +38,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from biomoe.checkpoint.read import read_checkpoint_or_none
 from biomoe.training.guards.stop_report import resume_command, set_line
 from biomoe.training.optimization.ema import EMAWeightAveraging
 
@@ -58,22 +63,47 @@ class SaveOnSigterm(L.Callback):
         self.stream = stream
         self.command = list(command) if command is not None else list(sys.argv[1:])
         self.saved_path: str | None = None
-        self._saves: list[tuple[float, int]] = []
-        """(wall time, global step) of every checkpoint this run began to write, oldest first."""
         self._resumed: tuple[str, int] | None = None
         self._between_steps = False
         """True from the end of a batch that stepped the optimizer to the start of the next batch:
         where weights, optimizer and loops agree, as in a checkpoint ModelCheckpoint writes."""
         self._stepped = False
+        self._in_step = False
+        self._stop_requested = False
+        self._previous_handler: Any = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         ckpt = trainer.ckpt_path
         if isinstance(ckpt, str) and os.path.exists(ckpt):
             self._resumed = (ckpt, trainer.global_step)
+        if trainer.world_size == 1 and threading.current_thread() is threading.main_thread():
+            self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        """The first Ctrl-C inside a step lets the step finish (see the module docstring); any other
+        is Python's KeyboardInterrupt, at once."""
+        if self._in_step and not self._stop_requested:
+            self._stop_requested = True
+            print("biomoe: Ctrl-C: finishing this step to save it (Ctrl-C again stops at once)",
+                  file=self.stream or sys.stderr, flush=True)
+            return
+        raise KeyboardInterrupt
+
+    def _restore_sigint(self) -> None:
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGINT, self._previous_handler)
+            self._previous_handler = None
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore_sigint()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore_sigint()
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         self._between_steps = self._stepped = False
+        self._in_step = True
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
         self._stepped = True
@@ -81,9 +111,10 @@ class SaveOnSigterm(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         self._between_steps = self._stepped  # a batch that only accumulated gradients is not a whole step
-
-    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
-        self._saves.append((time.time(), trainer.global_step))
+        if self._stepped:
+            self._in_step = False
+            if self._stop_requested:  # the Ctrl-C that came during this step: stop here, where it saves
+                raise KeyboardInterrupt
 
     def _save_last(self, trainer: L.Trainer) -> str:
         path = os.path.join(checkpoint_folder(trainer), ModelCheckpoint.CHECKPOINT_NAME_LAST
@@ -95,10 +126,10 @@ class SaveOnSigterm(L.Callback):
 
     def _save_on_interrupt(self, trainer: L.Trainer) -> None:
         """``last.ckpt`` after a Ctrl-C that left whole steps unsaved (see the module docstring). A
-        validation it cut short is recorded as ended (its partial sums are not in the file), so the
-        resumed run does not finish it on the batches left but trains on from the next step, as
-        after a checkpoint written at a validation's end; the weights of a validation that scored
-        the EMA's average are put back to the training weights first."""
+        validation it cut short is recorded as started with none of its batches done (its partial
+        sums are not in the file), so the resumed run runs all of it again before training on, as
+        Lightning resumes a checkpoint written mid-validation; the weights of a validation that
+        scored the EMA's average are put back to the training weights first."""
         saved = self.newest_saved(trainer)
         if not self._between_steps or trainer.world_size > 1 or trainer.global_step <= (saved[1] if saved else 0):
             return
@@ -106,8 +137,12 @@ class SaveOnSigterm(L.Callback):
             if isinstance(callback, EMAWeightAveraging):
                 callback.restore_training_weights(trainer.lightning_module)
         progress = trainer.fit_loop.epoch_loop.val_loop.batch_progress
-        for counts in (progress.total, progress.current):
-            counts.ready = counts.started = counts.processed = counts.completed
+        if trainer.validating or progress.current.ready > progress.current.completed:
+            before = progress.total.completed - progress.current.completed  # batches of earlier validations
+            progress.total.ready = progress.total.started = before + 1
+            progress.total.processed = progress.total.completed = before
+            progress.current.ready = progress.current.started = 1
+            progress.current.processed = progress.current.completed = 0
         try:
             self._save_last(trainer)
         except Exception as exc:  # the line then says what is on disk; the failure in a few words
@@ -115,6 +150,7 @@ class SaveOnSigterm(L.Callback):
                   file=self.stream or sys.stderr, flush=True)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore_sigint()
         if trainer.state.fn != "fit":
             return
         if isinstance(exception, KeyboardInterrupt):
@@ -141,10 +177,11 @@ class SaveOnSigterm(L.Callback):
         files = [p for p in dict.fromkeys(written) if p and os.path.isfile(p)]
         if files:
             newest = max(files, key=os.path.getmtime)
-            written_at = os.path.getmtime(newest)
-            steps = [step for started, step in self._saves if started <= written_at + 1.0]
-            if steps:
-                return newest, steps[-1]
+            # the step the file holds, read from it: a write that started just after it and was cut off
+            # must not lend it its step (the file is memory-mapped, only its small records are read)
+            step = read_checkpoint_or_none(newest)
+            if step is not None and isinstance(step.get("global_step"), int):
+                return newest, step["global_step"]
         return self._resumed
 
     def interrupted_line(self, trainer: L.Trainer) -> str:
