@@ -5,7 +5,8 @@
 It is on for whole step cycles — from one batch's start to the next's, so Lightning's progress-bar
 and logger handling between steps is included — of steps that are neither logging nor checking
 steps, with the shipped callbacks, gradient clipping, bf16 weights with fp32 master weights and
-the torch kernels (Transformer Engine's grouped GEMMs take their split sizes on the host by design).
+the torch kernels and quack's (Transformer Engine's grouped GEMMs take their split sizes on the host
+by design).
 """
 
 from __future__ import annotations
@@ -41,11 +42,21 @@ class SyncsAreErrors(L.Callback):
         torch.cuda.set_sync_debug_mode("default")
 
 
-def test_ordinary_steps_do_not_synchronise(tmp_path: Path):
+def _quack_ready() -> bool:
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        return False
+    from biomoe.compat.quack import quack_problem
+
+    return quack_problem() is None
+
+
+@pytest.mark.parametrize("experts", ["grouped", pytest.param("quack", marks=pytest.mark.skipif(
+    not _quack_ready(), reason="needs quack-kernels on a Hopper GPU"))])
+def test_ordinary_steps_do_not_synchronise(tmp_path: Path, experts: str):
     torch.manual_seed(0)
     cfg = ModelConfig(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=4, top_k=2,
                       ffn_hidden_size=256, router_bias_update_rate=1e-3)
-    runtime = RuntimeConfig(expert_backend="grouped", attention_backend="torch", norm_backend="torch",
+    runtime = RuntimeConfig(expert_backend=experts, attention_backend="torch", norm_backend="torch",
                             router_backend="torch", dispatch_backend="torch")
     module = BioMoEModule(cfg, OptimConfig(lr=1e-3, warmup_steps=2, max_steps=12), runtime=runtime,
                           log_expert_load_every_n_steps=10)
