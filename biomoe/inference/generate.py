@@ -20,12 +20,20 @@ How a step runs (``decode``):
   runs the same step eagerly, said once as a warning; ``static`` always runs it eagerly.
 * On a CPU (``auto``, or ``dynamic`` anywhere), the growing :class:`~biomoe.model.transformer.KVCache`
   attends over the filled part only: the reference path, whose samples for a seed stay fixed.
+
+On a CPU every step runs on one intra-op thread (:func:`decode_threads`). A step's operations are
+a few samples' worth of one token each: splitting them over threads costs more in waking and
+joining the threads than it saves, and on a machine whose cores other work also uses, a step
+waits for the busiest core at every operation (the profile of a loaded 2-core machine showed
+small matrix products taking milliseconds each). The thread count is restored afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -38,7 +46,7 @@ from biomoe.inference.sampling import DEFAULT_SAMPLING, SampleNoise, SamplingSet
 from biomoe.inference.static_decoder import StaticDecoder
 from biomoe.model.transformer import KVCache, MoETransformer
 
-__all__ = ["DECODE_MODES", "default_batch_size", "generate", "parse_region"]
+__all__ = ["DECODE_MODES", "decode_threads", "default_batch_size", "generate", "parse_region"]
 
 DECODE_MODES = ("auto", "static", "dynamic")
 """``auto``: a CUDA graph of the static-cache step on a GPU (eager where the model is not
@@ -50,6 +58,20 @@ def default_batch_size(device: torch.device | str) -> int:
     """Samples decoded together: 64 on a GPU (a step costs about the same for 1 or 64 samples),
     16 on a CPU."""
     return 64 if torch.device(device).type == "cuda" else 16
+
+
+@contextlib.contextmanager
+def decode_threads(device: torch.device) -> Iterator[None]:
+    """One intra-op thread while decoding on a CPU (see the module docstring); as it is elsewhere."""
+    if device.type != "cpu" or torch.get_num_threads() == 1:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 # -------------------------------------------------------------------------------------- generation
@@ -85,15 +107,16 @@ def generate(model: InferenceModel | MoETransformer, prompt: np.ndarray | None, 
     static = decode == "static" or (decode == "auto" and model.device.type == "cuda")
     samples: list[np.ndarray] = []
     decoder: StaticDecoder | None = None
-    for first in range(0, num_samples, batch_size):
-        rows = range(first, min(first + batch_size, num_samples))
-        if not static:
-            samples.extend(_generate_batch(model, prompt_ids, length, rows, settings, seed, max_tokens, progress))
-            continue
-        if decoder is None or decoder.batch_size != len(rows):
-            decoder = None  # one set of buffers at a time: the last batch may be smaller
-            decoder = StaticDecoder(model, len(rows), length, max_tokens, settings, use_graph)
-        samples.extend(decoder.run(prompt_ids, SampleNoise(seed, rows, model.device), progress))
+    with decode_threads(model.device):
+        for first in range(0, num_samples, batch_size):
+            rows = range(first, min(first + batch_size, num_samples))
+            if not static:
+                samples.extend(_generate_batch(model, prompt_ids, length, rows, settings, seed, max_tokens, progress))
+                continue
+            if decoder is None or decoder.batch_size != len(rows):
+                decoder = None  # one set of buffers at a time: the last batch may be smaller
+                decoder = StaticDecoder(model, len(rows), length, max_tokens, settings, use_graph)
+            samples.extend(decoder.run(prompt_ids, SampleNoise(seed, rows, model.device), progress))
     return samples
 
 

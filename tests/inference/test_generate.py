@@ -170,3 +170,20 @@ def test_cli_errors_are_one_line(ckpt, write_fasta, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith("biomoe: error:") and message in err and "\n" not in err
     assert fasta.read_text().startswith(">chr1")  # the input was not touched
+
+
+@pytest.mark.parametrize("decode", ["dynamic", "static"])
+def test_cpu_decoding_runs_on_one_thread_and_gives_the_threads_back(model, decode):
+    """A decoding step's operations are one token per sample: on a CPU they run on one intra-op
+    thread (split over several, a loaded 2-core machine spent milliseconds per small product)."""
+    seen: list[int] = []
+    handle = model.register_forward_hook(lambda module, inputs, output: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        generate(model, TOK.encode("ACGT"), 6, num_samples=2, decode=decode)
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        handle.remove()
+        torch.set_num_threads(before)
