@@ -38,6 +38,7 @@ from torch import Tensor
 from biomoe.data.sources.reader import SequenceReader
 from biomoe.data.tokenizer import N_ID, NucleotideTokenizer
 from biomoe.errors import GenomeInputError
+from biomoe.inference.cpu_threads import CpuThreadChoice
 from biomoe.model.documents import DocumentLayout, host_document_offsets
 from biomoe.resources import host_memory_bytes
 
@@ -254,35 +255,41 @@ def run_batches(batches: Iterable[WindowBatch[T]], device: torch.device,
                 consume: Callable[[WindowBatch[T], dict[str, np.ndarray]], Any], in_flight: int = 2) -> None:
     """For each batch: ``compute(device tokens, batch)`` -> named device tensors, copied back and
     handed to ``consume(batch, numpy arrays)`` in order, up to ``in_flight`` batches after they were
-    queued (CUDA), or at once (CPU)."""
+    queued (CUDA), or at once (CPU). On a CPU the thread count of the batches is chosen by
+    measurement (:class:`~biomoe.inference.cpu_threads.CpuThreadChoice`)."""
     pending: deque[_InFlight[T]] = deque()
     cuda = device.type == "cuda"
+    threads = CpuThreadChoice(device)
 
     def finish(item: _InFlight[T]) -> None:
         if item.done is not None:
             item.done.synchronize()
         consume(item.batch, {name: t.numpy() for name, t in item.host.items()})
 
-    for batch in batches:
-        tokens = batch.tokens.to(device, non_blocking=cuda)
-        outputs = compute(tokens, batch)
-        host: dict[str, Tensor] = {}
-        for name, value in outputs.items():
+    try:
+        for batch in batches:
+            tokens = batch.tokens.to(device, non_blocking=cuda)
+            host: dict[str, Tensor] = {}
+            with threads.batch(int(batch.tokens.numel())):
+                outputs = compute(tokens, batch)
+                for name, value in outputs.items():
+                    if cuda:
+                        buffer = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+                        buffer.copy_(value, non_blocking=True)
+                        host[name] = buffer
+                    else:
+                        host[name] = value.detach().cpu()
+            done = None
             if cuda:
-                buffer = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
-                buffer.copy_(value, non_blocking=True)
-                host[name] = buffer
-            else:
-                host[name] = value.detach().cpu()
-        done = None
-        if cuda:
-            done = torch.cuda.Event()
-            done.record()
-        pending.append(_InFlight(batch, host, done))
-        while len(pending) > in_flight or (pending and pending[0].done is not None and pending[0].done.query()):
+                done = torch.cuda.Event()
+                done.record()
+            pending.append(_InFlight(batch, host, done))
+            while len(pending) > in_flight or (pending and pending[0].done is not None and pending[0].done.query()):
+                finish(pending.popleft())
+        while pending:
             finish(pending.popleft())
-    while pending:
-        finish(pending.popleft())
+    finally:
+        threads.restore()
 
 
 def genome_windows(genome: SequenceReader, window: int, chunk_bases: int = 1 << 20) -> Iterator[Window]:
