@@ -45,7 +45,7 @@ from biomoe.cli.run.summary import fit_summary
 from biomoe.cli.run.validation_note import ValidationNote
 from biomoe.cli.saved_config import AtomicSaveConfigCallback
 from biomoe.compat.lightning import (add_subcommand, set_negative_number_matcher, set_option_help,
-                                     subcommand_choices)
+                                     subcommand_choices, subcommand_parsers)
 from biomoe.data.datamodule import GenomeDataModule
 from biomoe.errors import GenomeInputError
 from biomoe.model.config import ConfigError, check_expert_parallel
@@ -107,7 +107,7 @@ class BioMoECLI(LightningCLI):
         super()._add_subcommands(parser, **kwargs)
         for choice in subcommand_choices(parser):
             choice.help = COMMANDS[choice.dest].summary if choice.dest in COMMANDS else choice.help
-        for name, subcommand_parser in getattr(self, "_subcommand_parsers", {}).items():
+        for name, subcommand_parser in subcommand_parsers(self).items():
             if name in CKPT_PATH_HELP:
                 set_option_help(subcommand_parser, "ckpt_path", CKPT_PATH_HELP[name])
         built = set(self.subcommands())

@@ -38,6 +38,11 @@ def add_subcommand(parser: Any, name: str, subparser: Any, help: str) -> None:
     parser._subcommands_action.add_subcommand(name, subparser, help=help)
 
 
+def subcommand_parsers(cli: Any) -> dict[str, Any]:
+    """A ``LightningCLI``'s parser of each subcommand it built, by name (empty before it built any)."""
+    return dict(getattr(cli, "_subcommand_parsers", {}))
+
+
 def set_option_help(parser: Any, dest: str, text: str) -> None:
     """Replace the help of the option whose destination is ``dest`` (jsonargparse builds a
     Trainer method's options with that method's docstring)."""
