@@ -6,9 +6,11 @@ end while the system runs something else on one of them: scoring a 230 kb genome
 parameter model on a 2-core machine with one other busy process took 71 s on two threads and
 27 s on one. On an idle many-core machine the threads pay off instead. Neither the core count nor
 the load tells beforehand which case a run is in, so the engines measure it
-(:func:`biomoe.inference.batching.run_batches`): after a first batch (which pays the warm-up), one
-batch runs on torch's thread count and one on a single thread, and the rest run on whichever
-scored more tokens per second. The thread count is put back when the run ends.
+(:func:`biomoe.inference.batching.run_batches`): a first batch (which pays the warm-up) and a timed
+one run on a single thread, a third on torch's thread count, and the rest run on torch's count only
+where it scored :data:`MARGIN` times the tokens per second or more (two batches are not always
+alike; on a busy machine the first operations split over threads cost seconds, and the gap there
+is several-fold). The thread count is put back when the run ends.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["CpuThreadChoice"]
+__all__ = ["MARGIN", "CpuThreadChoice"]
+
+MARGIN = 1.25
+"""How much faster the batch on torch's thread count must be for the rest to run on it."""
 
 
 class CpuThreadChoice:
@@ -29,7 +34,7 @@ class CpuThreadChoice:
     def __init__(self, device: torch.device) -> None:
         self.default = torch.get_num_threads()
         self.active = device.type == "cpu" and self.default > 1
-        self.trials = (self.default, 1)
+        self.trials = (1, self.default)
         """Thread counts of the timed batches, after the first (warm-up) one."""
         self.rates: dict[int, float] = {}
         self.chosen: int | None = None
@@ -40,8 +45,10 @@ class CpuThreadChoice:
             return self.default
         if self.chosen is not None:
             return self.chosen
+        if self._batch == 0:
+            return self.trials[0]  # the warm-up batch, untimed
         trial = self._batch - 1
-        return self.trials[trial] if 0 <= trial < len(self.trials) else self.default
+        return self.trials[trial] if trial < len(self.trials) else self.default
 
     @contextmanager
     def batch(self, tokens: int) -> Iterator[None]:
@@ -55,7 +62,7 @@ class CpuThreadChoice:
         if self.active and self.chosen is None and 1 <= self._batch <= len(self.trials):
             self.rates[threads] = tokens / max(seconds, 1e-9)
             if len(self.rates) == len(set(self.trials)):
-                self.chosen = max(self.rates, key=self.rates.get)
+                self.chosen = self.default if self.rates[self.default] >= MARGIN * self.rates[1] else 1
         self._batch += 1
 
     def restore(self) -> None:

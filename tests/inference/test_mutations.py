@@ -229,3 +229,27 @@ def test_several_genomes_prepared_together_match_each_alone(tiny_checkpoint, tmp
     for a, b in zip(together, alone):
         assert float(a[-1]) == pytest.approx(float(b[-1]), abs=1e-9)  # Markov LLR, host-side
         assert float(a[-2]) == pytest.approx(float(b[-2]), abs=1e-4)  # the model's, batched with other windows
+
+
+def test_the_cpu_estimate_leaves_the_warm_up_out(monkeypatch, capsys):
+    """The first SNVs pay the first forward pass (seconds on a CPU): an estimate from them alone
+    said 5 s for a run of about 1 s here. The SNVs after them give the rate."""
+    import re
+    import time
+
+    from biomoe.cli import mutations as command
+    from biomoe.inference import score_variants
+
+    calls: list[int] = []
+
+    def fake_score_windows(model, variants, prepared, progress=None, batch_tokens=None):
+        time.sleep(0.5 if not calls else 0.001 * len(variants))  # warm-up, then 1 ms an SNV
+        calls.append(len(variants))
+        return [{"llr": 0.0}] * len(variants)
+
+    monkeypatch.setattr(score_variants, "score_windows", fake_score_windows)
+    snvs = list(range(640))
+    rows = command._score(None, snvs, snvs, None, None, estimate=True)
+    assert len(rows) == 640 and calls == [command.FIRST_SNVS, command.FIRST_SNVS, 640 - 2 * command.FIRST_SNVS]
+    line = next(line for line in capsys.readouterr().err.splitlines() if "on the CPU: about" in line)
+    assert float(re.search(r"about (\d+) s for 640 SNVs", line).group(1)) <= 2
