@@ -199,6 +199,7 @@ def test_ctrl_c_during_validation_saves_the_steps_so_far_and_resumes_bit_exactly
     assert last_line.startswith("biomoe: interrupted (Ctrl-C) at step 7; saved: "), last_line
     saved = Path(last_line.split("saved: ", 1)[1].split(" (step", 1)[0])
     assert saved.name == "last.ckpt" and "(step 7); resume with: " in last_line and "--ckpt_path" in last_line
+    assert "the resumed run writes a new version folder" in last_line  # not the one the line names
     assert torch.load(saved, weights_only=True)["global_step"] == 7
 
     resumed = subprocess.run([*command, "--ckpt_path", str(saved)], env=env, capture_output=True, text=True,

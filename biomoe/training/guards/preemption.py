@@ -191,7 +191,8 @@ class SaveOnSigterm(L.Callback):
             return (f"{head}; nothing of this run was saved (no checkpoint written yet); the same command "
                     "starts it again from step 0")
         path, step = saved
-        return f"{head}; saved: {path} (step {step}); resume with: {resume_command(self.command, path)}"
+        return (f"{head}; saved: {path} (step {step}); resume with: {resume_command(self.command, path)} "
+                "(the resumed run writes a new version folder and leaves this one as it is)")
 
 
 def checkpoint_folder(trainer: L.Trainer) -> str:
