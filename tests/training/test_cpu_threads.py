@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 
 from biomoe.training.step.cpu_threads import CpuThreads
 
@@ -26,7 +27,7 @@ def two_threads():
 def test_a_cpu_run_uses_one_thread_and_gives_the_others_back(two_threads):
     stream = io.StringIO()
     callback = CpuThreads(1, stream=stream)
-    callback.setup(trainer_on("cpu"), None, "fit")
+    callback.setup(trainer_on("cpu"), None, TrainerFn.FITTING)  # what Lightning passes
     assert torch.get_num_threads() == 1
     assert stream.getvalue().startswith("biomoe: note: fit runs on 1 CPU thread per operation (of 2)")
     callback.teardown(trainer_on("cpu"), None, "fit")

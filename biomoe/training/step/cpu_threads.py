@@ -36,6 +36,7 @@ class CpuThreads(L.Callback):
         if self._before != self.threads:
             torch.set_num_threads(self.threads)
             if trainer.is_global_zero:
+                stage = getattr(stage, "value", stage)  # Lightning passes TrainerFn.FITTING, a str enum
                 print(f"biomoe: note: {stage} runs on {self.threads} CPU thread{'' if self.threads == 1 else 's'} "
                       f"per operation (of {self._before}): small operations split over more wait for each other "
                       "on a CPU that other work shares", file=self.stream or sys.stderr, flush=True)
