@@ -17,6 +17,7 @@ import pytest
 # Lightning log line would then fail with "Logging error". Importing it here binds the stream pytest
 # keeps for the whole run.
 import lightning.pytorch  # noqa: E402,F401
+import torch  # noqa: E402
 
 # The repository root (tests/ sits directly under it; the tests themselves are one folder deeper, in
 # tests/<package>/), for tests that read configs/, data/, docs/ or run cli.py.
@@ -158,3 +159,12 @@ def no_process_group_carried_over():
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+@pytest.fixture
+def two_threads():
+    """torch on two intra-op threads for the test (a shared 2-core CPU), the count restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)

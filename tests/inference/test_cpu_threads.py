@@ -5,19 +5,10 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
 import torch
 
 from biomoe.inference.batching import Window, pack_windows, run_batches
 from biomoe.inference.cpu_threads import CpuThreadChoice
-
-
-@pytest.fixture
-def two_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
 
 
 def run_with_cost(seconds_per_thread_count: dict[int, float], batches: int = 6) -> list[int]:

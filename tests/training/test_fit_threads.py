@@ -16,14 +16,6 @@ def trainer_on(device: str) -> SimpleNamespace:
     return SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)), is_global_zero=True)
 
 
-@pytest.fixture
-def two_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_a_cpu_run_uses_one_thread_and_gives_the_others_back(two_threads):
     stream = io.StringIO()
     callback = CpuThreads(1, stream=stream)
