@@ -540,13 +540,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--command", default="", help="the command line to record in the summary")
     p.add_argument("--machine", default="", help="the machine the runs ran on, to record in the summary")
-    from bench import expert_speed, expert_study
+    from bench import expert_match, expert_speed, expert_study
 
     expert_speed.add_parser(sub)
     expert_study.add_parser(sub)
+    expert_match.add_parser(sub)
     args = parser.parse_args(argv)
     return {"subset": subset, "run": run, "report": report, "speed": expert_speed.speed,
-            "study": expert_study.study}[args.what](args)
+            "study": expert_study.study, "match": expert_match.match}[args.what](args)
 
 
 if __name__ == "__main__":
