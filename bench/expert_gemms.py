@@ -168,6 +168,39 @@ def quack_ops(inp: Inputs, config=None) -> dict[str, callable]:
     }
 
 
+def reference(inp: Inputs) -> dict[str, torch.Tensor]:
+    """The six products in float32 per expert on the same operands (pre-activation and weights
+    gate first): the activation, the output rows, the pre-activation's gradient with the score
+    scale, the routing weights' gradient, both weight gradients and the input gradient per row."""
+    r = inp.routing
+    cu = r.offsets.tolist()
+    x_rows = inp.x.float().index_select(0, r.token_of_row.long())
+    g_rows = inp.dout.float().index_select(0, r.token_of_row.long())
+    F_ = inp.down.shape[-1]
+    ref = {k: [] for k in ("act", "out", "dpre", "dscore", "dw_down", "dw_up", "dx")}
+    for e in range(len(cu) - 1):
+        a, b = cu[e], cu[e + 1]
+        xe, ge, se = x_rows[a:b], g_rows[a:b], r.scores[a:b, None]
+        w1, w2 = inp.gate_up[e].float(), inp.down[e].float()
+        pre = xe @ w1.T
+        gate, up = pre[:, :F_], pre[:, F_:]
+        act = F.silu(gate) * up
+        ref["act"].append(act)
+        ref["out"].append(act @ w2.T)
+        dact_unscaled = ge @ w2
+        dact = se * dact_unscaled
+        sig = torch.sigmoid(gate)
+        dgate = dact * up * sig * (1 + gate * (1 - sig))
+        dup = dact * F.silu(gate)
+        dpre = torch.cat([dgate, dup], dim=1)  # [gate; up] order
+        ref["dpre"].append(dpre)
+        ref["dscore"].append((dact_unscaled * act).sum(1))
+        ref["dw_down"].append((ge * se).T @ act)  # (H, F): the score-scaled output gradient
+        ref["dw_up"].append(xe.T @ dpre)  # (H, 2F) in [gate; up] order
+        ref["dx"].append(dpre @ w1)
+    return {k: torch.stack(v) if k.startswith("dw") else torch.cat(v) for k, v in ref.items()}
+
+
 def quack_check(inp: Inputs) -> dict[str, float]:
     """Relative error of each quack op against float32 torch on the same operands."""
     ops = quack_ops(inp)
@@ -176,42 +209,46 @@ def quack_check(inp: Inputs) -> dict[str, float]:
         ops[op]()
     torch.cuda.synchronize()
     z, y1, out_rows, dz, y1s, dw_down, dw_up, dx_rows = outputs
-    r = inp.routing
-    cu = r.offsets.tolist()
-    x_rows = inp.x.float().index_select(0, r.token_of_row.long())
-    g_rows = inp.dout.float().index_select(0, r.token_of_row.long())
-    F_ = inp.down.shape[-1]
-    ref = {k: [] for k in ("y1", "out", "dz", "dw_down", "dw_up", "dx")}
-    for e in range(len(cu) - 1):
-        a, b = cu[e], cu[e + 1]
-        xe, ge, se = x_rows[a:b], g_rows[a:b], r.scores[a:b, None]
-        w1, w2 = inp.gate_up[e].float(), inp.down[e].float()
-        pre = xe @ w1.T
-        gate, up = pre[:, :F_], pre[:, F_:]
-        act = F.silu(gate) * up
-        ref["y1"].append(act)
-        ref["out"].append(act @ w2.T)
-        dact = se * (ge @ w2)
-        sig = torch.sigmoid(gate)
-        dgate = dact * up * sig * (1 + gate * (1 - sig))
-        dup = dact * F.silu(gate)
-        dpre = torch.cat([dgate, dup], dim=1)  # [gate; up] order
-        ref["dz"].append(dpre)
-        ref["dw_down"].append((ge * se).T @ act)  # (H, F): the score-scaled output gradient
-        ref["dw_up"].append(xe.T @ dpre)  # (H, 2F) in [gate; up] order
-        ref["dx"].append(dpre @ w1)
-    cat = {k: torch.cat(v) if k in ("y1", "out", "dz", "dx") else torch.stack(v) for k, v in ref.items()}
+    cat = reference(inp)
 
     def deinterleave(t: torch.Tensor) -> torch.Tensor:  # [g0, u0, g1, u1, ...] -> [gate; up]
         return torch.cat([t[..., ::2], t[..., 1::2]], dim=-1)
 
     return {
-        "up+swiglu": rel_error(y1, cat["y1"]),
+        "up+swiglu": rel_error(y1, cat["act"]),
         "down": rel_error(out_rows, cat["out"]),
-        "dswiglu": rel_error(deinterleave(dz), cat["dz"]),
+        "dswiglu": rel_error(deinterleave(dz), cat["dpre"]),
         "dW_down": rel_error(dw_down, cat["dw_down"]),
         "dW_up": rel_error(deinterleave(dw_up), cat["dw_up"]),
         "dx": rel_error(dx_rows, cat["dx"]),
+    }
+
+
+def triton_ops(inp: Inputs) -> dict[str, object]:
+    """The six Triton products (:mod:`bench.triton_expert_gemms`) as closures, and their outputs."""
+    from bench.triton_expert_gemms import expert_step
+
+    r = inp.routing
+    return expert_step(inp.x, inp.gate_up, inp.down, inp.dout, r.token_of_row, r.offsets, r.scores)
+
+
+def triton_check(inp: Inputs) -> dict[str, float]:
+    """Relative error of each Triton op against float32 torch (the routing weights' gradient
+    counts towards the activation-gradient op that computes it)."""
+    ops = triton_ops(inp)
+    out = ops.pop("_outputs")
+    for op in OPS:
+        ops[op]()  # the first call of a shape autotunes, running the kernel once per candidate
+        ops[op]()
+    torch.cuda.synchronize()
+    cat = reference(inp)
+    return {
+        "up+swiglu": rel_error(out["act"], cat["act"]),
+        "down": rel_error(out["out"], cat["out"]),
+        "dswiglu": max(rel_error(out["dpre"], cat["dpre"]), rel_error(out["dscore"], cat["dscore"])),
+        "dW_down": rel_error(out["dw_down"], cat["dw_down"]),
+        "dW_up": rel_error(out["dw_up"], cat["dw_up"]),
+        "dx": rel_error(out["dx"], cat["dx"]),
     }
 
 
@@ -285,7 +322,24 @@ def sweep_configs():
                        device_capacity=9) for m, n, p, c in SWEEP]
 
 
-def measure(shape: Shape, device: torch.device, sweep: bool) -> dict:
+def sweep_quack(row: dict, inp: Inputs) -> None:
+    """Each quack op with each tile configuration of :data:`SWEEP` (a refusal is recorded)."""
+    for cfg in sweep_configs():
+        label = f"{cfg.tile_m}x{cfg.tile_n}{'pp' if cfg.pingpong else 'co'}c{cfg.cluster_m}"
+        try:
+            pinned = quack_ops(inp, cfg)
+        except Exception as exc:  # a config the kernel refuses for this shape
+            row.setdefault("sweep_refused", {})[label] = f"{type(exc).__name__}: {exc}"[:200]
+            continue
+        pinned.pop("_outputs")
+        for op in OPS:
+            try:
+                row["quack_ms"][op][label] = bench_ms(pinned[op])
+            except Exception as exc:
+                row.setdefault("sweep_refused", {})[f"{op} {label}"] = f"{type(exc).__name__}: {exc}"[:200]
+
+
+def measure(shape: Shape, device: torch.device, sweep: bool, impls: tuple[str, ...] = ("quack",)) -> dict:
     row: dict = {"size": shape.size, "variant": shape.variant, "tokens": shape.tokens, "hidden": shape.hidden,
                  "experts": shape.experts, "top_k": shape.top_k, "ffn": shape.ffn, "dense_ffn": shape.dense_ffn,
                  "step_gflop": shape.step_flops / 1e9}
@@ -294,45 +348,36 @@ def measure(shape: Shape, device: torch.device, sweep: bool) -> dict:
     row["dense_swiglu_ms"] = {op: bench_ms(fn) for op, fn in dense_swiglu_ops(shape, device).items()}
     inp = Inputs(shape, device)
     row["torch_grouped_step_ms"] = bench_ms(torch_grouped_step(inp))
-    started = time.perf_counter()
-    row["quack_error"] = quack_check(Inputs(shape, device))
-    row["quack_error_skewed"] = quack_check(Inputs(shape, device, skew=4.0))
-    ops = quack_ops(inp)
-    ops.pop("_outputs")
-    row["quack_ms"] = {op: {"default": bench_ms(ops[op])} for op in OPS}
-    if sweep:
-        for cfg in sweep_configs():
-            label = f"{cfg.tile_m}x{cfg.tile_n}{'pp' if cfg.pingpong else 'co'}c{cfg.cluster_m}"
-            try:
-                pinned = quack_ops(inp, cfg)
-            except Exception as exc:  # a config the kernel refuses for this shape
-                row.setdefault("sweep_refused", {})[label] = f"{type(exc).__name__}: {exc}"[:200]
-                continue
-            pinned.pop("_outputs")
-            for op in OPS:
-                try:
-                    row["quack_ms"][op][label] = bench_ms(pinned[op])
-                except Exception as exc:
-                    row.setdefault("sweep_refused", {})[f"{op} {label}"] = f"{type(exc).__name__}: {exc}"[:200]
-    row["quack_seconds_incl_compile"] = time.perf_counter() - started
     dense_total = sum(row["dense_ms"].values())
-    best = {op: min(v.values()) for op, v in row["quack_ms"].items()}
-    quack_total = sum(best.values())
     row["dense_total_ms"] = dense_total
-    row["quack_best_ms"] = best
-    row["quack_total_ms"] = quack_total
-    row["quack_over_dense"] = quack_total / dense_total
     row["dense_with_swiglu_ms"] = dense_total + sum(row["dense_swiglu_ms"].values())
-    row["quack_over_dense_with_swiglu"] = quack_total / row["dense_with_swiglu_ms"]
     row["torch_grouped_over_dense"] = row["torch_grouped_step_ms"] / dense_total
     row["dense_tflops"] = shape.step_flops / dense_total / 1e9
-    row["quack_tflops"] = shape.step_flops / quack_total / 1e9
+    for impl in impls:
+        started = time.perf_counter()
+        check = quack_check if impl == "quack" else triton_check
+        row[f"{impl}_error"] = check(Inputs(shape, device))
+        row[f"{impl}_error_skewed"] = check(Inputs(shape, device, skew=4.0))
+        ops = quack_ops(inp) if impl == "quack" else triton_ops(inp)
+        ops.pop("_outputs")
+        label = "default" if impl == "quack" else "autotuned"
+        row[f"{impl}_ms"] = {op: {label: bench_ms(ops[op])} for op in OPS}
+        if impl == "quack" and sweep:
+            sweep_quack(row, inp)
+        row[f"{impl}_seconds_incl_compile"] = time.perf_counter() - started
+        best = {op: min(v.values()) for op, v in row[f"{impl}_ms"].items()}
+        total = sum(best.values())
+        row[f"{impl}_best_ms"] = best
+        row[f"{impl}_total_ms"] = total
+        row[f"{impl}_over_dense"] = total / dense_total
+        row[f"{impl}_over_dense_with_swiglu"] = total / row["dense_with_swiglu_ms"]
+        row[f"{impl}_tflops"] = shape.step_flops / total / 1e9
     return row
 
 
 def environment() -> dict:
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda}
-    for name in ("quack-kernels", "nvidia-cutlass-dsl"):
+    for name in ("quack-kernels", "nvidia-cutlass-dsl", "triton"):
         try:
             from importlib.metadata import version
 
@@ -347,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="base,4x")
     parser.add_argument("--variants", default="moe,fine,fine64")
     parser.add_argument("--tokens", type=int, default=65536)
-    parser.add_argument("--sweep", action="store_true", help="also time each tile configuration of SWEEP")
+    parser.add_argument("--impls", default="quack", help="comma list of quack, triton: the expert kernels timed")
+    parser.add_argument("--sweep", action="store_true", help="also time each quack tile configuration of SWEEP")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -356,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda")
     report = {"command": "python -m bench.expert_gemms " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "environment": environment(),
-              "rows": []}
+              "impls": args.impls.split(","), "rows": []}
     args.out.mkdir(parents=True, exist_ok=True)
     for size in args.sizes.split(","):
         for variant in args.variants.split(","):
@@ -364,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{datetime.now():%H:%M:%S}] {size} {variant}: E={shape.experts} k={shape.top_k} F={shape.ffn}",
                   flush=True)
             try:
-                row = measure(shape, device, args.sweep)
+                row = measure(shape, device, args.sweep, tuple(report["impls"]))
             except Exception as exc:
                 row = {"size": size, "variant": variant, "error": f"{type(exc).__name__}: {exc}"[:2000]}
                 import traceback
@@ -378,43 +424,55 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def impls_of(report: dict) -> list[str]:
+    return report.get("impls", ["quack"])
+
+
 def summary_line(row: dict) -> str:
     if "error" in row:
         return f"  {row['size']} {row['variant']}: ERROR {row['error'][:300]}"
-    errs = ", ".join(f"{k} {v:.1e}" for k, v in row["quack_error"].items())
-    return (f"  dense {row['dense_total_ms']:.3f} ms | torch grouped step {row['torch_grouped_step_ms']:.3f} ms "
-            f"({row['torch_grouped_over_dense']:.2f}x) | quack six {row['quack_total_ms']:.3f} ms "
-            f"({row['quack_over_dense']:.2f}x dense, {row['quack_over_dense_with_swiglu']:.2f}x dense with its "
-            f"SwiGLU passes {row['dense_with_swiglu_ms']:.3f} ms) | errors {errs}")
+    parts = [f"  dense {row['dense_total_ms']:.3f} ms (with its SwiGLU passes {row['dense_with_swiglu_ms']:.3f}) | "
+             f"torch grouped step {row['torch_grouped_step_ms']:.3f} ms ({row['torch_grouped_over_dense']:.2f}x)"]
+    for impl in ("quack", "triton"):
+        if f"{impl}_total_ms" in row:
+            errs = ", ".join(f"{k} {v:.1e}" for k, v in row[f"{impl}_error"].items())
+            parts.append(f"{impl} six {row[f'{impl}_total_ms']:.3f} ms ({row[f'{impl}_over_dense']:.2f}x dense, "
+                         f"{row[f'{impl}_over_dense_with_swiglu']:.2f}x with SwiGLU) errors {errs}")
+    return " | ".join(parts)
 
 
 def table(report: dict) -> str:
     env = report["environment"]
+    impls = impls_of(report)
+    versions = ", ".join(f"{name} {env.get(name)}" for name in ("quack-kernels", "nvidia-cutlass-dsl", "triton")
+                         if name in env)
     lines = ["# The expert GEMMs alone against the dense twin's\n",
-             f"{env['gpu']}, torch {env['torch']}, quack-kernels {env.get('quack-kernels')}, "
-             f"nvidia-cutlass-dsl {env.get('nvidia-cutlass-dsl')}; {report['date']}.\n",
+             f"{env['gpu']}, torch {env['torch']}, {versions}; {report['date']}.\n",
              f"    {report['command']}\n",
              "Time of the six products of one training step (ms, `do_bench` medians), the ratio to the dense "
-             "twin's six cuBLAS GEMMs over the same FLOPs, and quack's worst relative error against float32.\n",
+             "twin's six cuBLAS GEMMs over the same FLOPs, and the worst relative error against float32.\n",
              "The dense twin's step also runs SwiGLU forward and backward as separate (compiled, fused) "
-             "elementwise passes that quack's epilogues fold into its GEMMs: *dense + SwiGLU* adds them. "
-             "*torch grouped layer* is today's `grouped` backend forward and backward (autograd), with its "
+             "elementwise passes that the grouped kernels' epilogues fold into their GEMMs: *dense + SwiGLU* adds "
+             "them. *torch grouped layer* is today's `grouped` backend forward and backward (autograd), with its "
              "`index_select` gather of k copies of every token and SwiGLU.\n",
-             "| size | variant | dense six | dense + SwiGLU | torch grouped layer | quack six (best tile each) "
-             "| quack / dense six | quack / dense + SwiGLU | dense TFLOP/s | quack TFLOP/s | worst error |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| size | variant | dense six | dense + SwiGLU | torch grouped layer | "
+             + " | ".join(f"{i} six | {i} / dense six | {i} / dense + SwiGLU | {i} TFLOP/s | {i} worst error"
+                          for i in impls) + " | dense TFLOP/s |",
+             "| --- | --- | ---: | ---: | ---: |" + " ---: |" * (5 * len(impls) + 1)]
     for row in report["rows"]:
         if "error" in row:
-            lines.append(f"| {row['size']} | {row['variant']} | failed: {row['error'][:120]} |" + " |" * 8)
+            lines.append(f"| {row['size']} | {row['variant']} | failed: {row['error'][:120]} |"
+                         + " |" * (5 * len(impls) + 3))
             continue
-        worst = max(max(row["quack_error"].values()), max(row["quack_error_skewed"].values()))
-        lines.append(f"| {row['size']} | {row['variant']} | {row['dense_total_ms']:.3f} | "
-                     f"{row['dense_with_swiglu_ms']:.3f} | "
-                     f"{row['torch_grouped_step_ms']:.3f} ({row['torch_grouped_over_dense']:.2f}x) | "
-                     f"{row['quack_total_ms']:.3f} | {row['quack_over_dense']:.2f}x | "
-                     f"{row['quack_over_dense_with_swiglu']:.2f}x | {row['dense_tflops']:.0f} | "
-                     f"{row['quack_tflops']:.0f} | {worst:.1e} |")
-    lines.append("\nPer op (ms): dense / quack best (tile)\n")
+        cells = [f"{row['size']}", row["variant"], f"{row['dense_total_ms']:.3f}", f"{row['dense_with_swiglu_ms']:.3f}",
+                 f"{row['torch_grouped_step_ms']:.3f} ({row['torch_grouped_over_dense']:.2f}x)"]
+        for i in impls:
+            worst = max(max(row[f"{i}_error"].values()), max(row[f"{i}_error_skewed"].values()))
+            cells += [f"{row[f'{i}_total_ms']:.3f}", f"{row[f'{i}_over_dense']:.2f}x",
+                      f"{row[f'{i}_over_dense_with_swiglu']:.2f}x", f"{row[f'{i}_tflops']:.0f}", f"{worst:.1e}"]
+        cells.append(f"{row['dense_tflops']:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("\nPer op (ms): dense / " + " / ".join(f"{i} best (tile)" for i in impls) + "\n")
     lines.append("| size | variant | " + " | ".join(OPS) + " |")
     lines.append("| --- | --- |" + " ---: |" * len(OPS))
     for row in report["rows"]:
@@ -422,9 +480,12 @@ def table(report: dict) -> str:
             continue
         cells = []
         for op in OPS:
-            tiles = row["quack_ms"][op]
-            tile = min(tiles, key=tiles.get)
-            cells.append(f"{row['dense_ms'][op]:.3f} / {tiles[tile]:.3f} ({tile})")
+            parts = [f"{row['dense_ms'][op]:.3f}"]
+            for i in impls:
+                tiles = row[f"{i}_ms"][op]
+                tile = min(tiles, key=tiles.get)
+                parts.append(f"{tiles[tile]:.3f} ({tile})")
+            cells.append(" / ".join(parts))
         lines.append(f"| {row['size']} | {row['variant']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
