@@ -13,6 +13,7 @@ CPU test suite runs the same checks); without it the tables are rewritten in pla
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -296,8 +297,9 @@ def expert_speed_quack(reports: list[Report]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def expert_gemms(reports: list[Report]) -> str:
-    """The six expert GEMMs of one training step against the dense twin's (``bench.expert_gemms``)."""
+def expert_gemms(reports: list[Report], impl: str = "quack") -> str:
+    """The six expert GEMMs of one training step against the dense twin's (``bench.expert_gemms``),
+    on ``impl``'s kernels (``quack`` or ``triton``)."""
     (rep,) = reports
     rows_in = rep.data.get("rows")
     if not isinstance(rows_in, list):
@@ -307,23 +309,53 @@ def expert_gemms(reports: list[Report]) -> str:
         if "error" in r:
             rows.append([r["size"], r["variant"], "failed", "", "", "", "", "", ""])
             continue
-        worst = max(max(r["quack_error"].values()), max(r["quack_error_skewed"].values()))
+        if f"{impl}_total_ms" not in r:
+            raise DocsTableError(f"{rep.path}: row {r['size']} {r['variant']} has no {impl} timing")
+        worst = max(max(r[f"{impl}_error"].values()), max(r[f"{impl}_error_skewed"].values()))
         swiglu = r["dense_swiglu_ms"]
         rows.append([r["size"], f"{r['variant']} ({r['experts']} x top-{r['top_k']})",
-                     f"{r['dense_total_ms']:.2f}", f"{r['quack_total_ms']:.2f}", f"{r['quack_over_dense']:.2f}x",
+                     f"{r['dense_total_ms']:.2f}", f"{r[f'{impl}_total_ms']:.2f}", f"{r[f'{impl}_over_dense']:.2f}x",
                      f"{swiglu['swiglu fwd']:.2f} + {swiglu['swiglu bwd']:.2f}",
-                     f"{r['quack_over_dense_with_swiglu']:.2f}x",
+                     f"{r[f'{impl}_over_dense_with_swiglu']:.2f}x",
                      f"{r['torch_grouped_step_ms']:.2f} ({r['torch_grouped_over_dense']:.2f}x)", f"{worst:.1e}"])
-    lines = table(["size", "experts", "dense six GEMMs, ms", "quack six, ms", "quack / dense",
-                   "dense SwiGLU fwd + bwd, ms", "quack / (dense + SwiGLU)", "torch grouped layer, ms",
-                   "quack worst error"], rows)
+    lines = table(["size", "experts", "dense six GEMMs, ms", f"{impl} six, ms", f"{impl} / dense",
+                   "dense SwiGLU fwd + bwd, ms", f"{impl} / (dense + SwiGLU)", "torch grouped layer, ms",
+                   f"{impl} worst error"], rows)
     lines[1] = "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     env = rep.data.get("environment", {})
+    versions = (f"quack-kernels {env.get('quack-kernels')}, nvidia-cutlass-dsl {env.get('nvidia-cutlass-dsl')}"
+                if impl == "quack" else f"{impl} {env.get(impl)}")
     lines += ["", f"{rep.data['rows'][0]['tokens']:,} tokens "
-              f"per step, `do_bench` medians, one {rep.gpu()}, {rep.date}; torch {env.get('torch')}, quack-kernels "
-              f"{env.get('quack-kernels')}, nvidia-cutlass-dsl {env.get('nvidia-cutlass-dsl')}. Worst error: "
-              "relative to float32, unit-scale inputs, uniform and skewed routing. File: "
+              f"per step, `do_bench` medians, one {rep.gpu()}, {rep.date}; torch {env.get('torch')}, {versions}. "
+              "Worst error: relative to float32, unit-scale inputs, uniform and skewed routing. File: "
               f"`{rep.path}` (command and per-op times in `gemms.md` beside it)."]
+    return "\n".join(lines) + "\n"
+
+
+def loss_match(reports: list[Report]) -> str:
+    """The same fit on other expert kernels (``bench.experts match``): loss gaps against the reference."""
+    (rep,) = reports
+    d = rep.data
+    if not isinstance(d.get("deviations"), dict):
+        raise DocsTableError(f"{rep.path}: not a loss-curve match (no 'deviations')")
+    rows = []
+    for name, c in d["contenders"].items():
+        final = f"{c['loss'][-1]:.4f}" if c.get("loss") else "–"
+        gap = d["deviations"].get(name)
+        if gap is None:
+            rows.append([f"`{name}` (reference)", final, "–", "–", "–", "–"])
+            continue
+        verdict = {True: "yes", False: "**no**"}.get(gap.get("within_noise"), "the yardstick")
+        rows.append([f"`{name}`", final, f"{gap['mean_abs']:.4f}", f"{gap['max_abs']:.4f}",
+                     f"{gap['last_tenth_mean_abs']:.4f}", verdict])
+    lines = table(["kernels", "final training loss", "mean gap", "largest gap", "mean gap, last tenth",
+                   "within bf16 noise"], rows)
+    lines[1] = "| --- | ---: | ---: | ---: | ---: | --- |"
+    lines += ["", f"{d['steps']:,} steps of the {d['size']} {d['variant']} model, same seed and data order, the "
+              f"three fits side by side on one {rep.gpu()}, {rep.date}; gaps in training loss (nats) against "
+              f"`{d['reference']}` at every logged step. Within noise: mean gap, overall and over the last tenth, "
+              f"at most {d['noise_factor']}x that of `{d['noise']}` (the same kernels with compile off). File: "
+              f"`{rep.path}` (command in `match.md` beside it)."]
     return "\n".join(lines) + "\n"
 
 
@@ -388,6 +420,9 @@ TABLES: dict[str, Table] = {
     "expert-speed": Table(("results/experts/speed/speed.json",), expert_speed),
     "expert-speed-quack": Table(("results/experts/speed-quack/speed.json",), expert_speed_quack),
     "expert-gemms": Table(("results/experts/gemms/gemms.json",), expert_gemms),
+    "expert-loss-match": Table(("results/experts/quack-loss-match/match.json",), loss_match),
+    "expert-gemms-triton": Table(("results/experts/gemms-triton/gemms.json",),
+                                 functools.partial(expert_gemms, impl="triton")),
     "use-commands": Table(("results/bench/inference-gpu/score-embed.json",
                            "results/bench/inference-gpu/variants-generate.json"), use_commands),
 }

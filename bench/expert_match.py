@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from biomoe.files import save_figure, write_text
@@ -175,7 +176,8 @@ def match(args: argparse.Namespace) -> int:
         raise SystemExit(f"biomoe: error: {runs / reference}: the reference run logged no loss")
     noise = args.noise or reference + EAGER
     result = {"command": args.command or " ".join(["python -m bench.experts match"] + sys.argv[2:]),
-              "machine": args.machine or _gpu_name(), "size": args.size, "variant": args.variant,
+              "machine": args.machine or _gpu_name(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "size": args.size, "variant": args.variant,
               "steps": args.steps, "reference": reference, "noise": noise, "noise_factor": NOISE_FACTOR,
               "contenders": contenders, "deviations": summarise(curves, reference, noise if noise in curves else None)}
     out.mkdir(parents=True, exist_ok=True)

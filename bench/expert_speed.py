@@ -35,13 +35,15 @@ from biomoe.files import save_figure, write_text
 from bench.expert_contenders import contender_args
 from bench.timing import datasheet_peak_tflops
 
-TORCH_KERNELS = ["--model.runtime.norm_backend", "torch", "--model.runtime.attention_backend", "torch",
-                 "--model.runtime.router_backend", "torch", "--model.runtime.dispatch_backend", "torch"]
-TE_KERNELS = [arg.replace("torch", "te") for arg in TORCH_KERNELS]
+LAYERS_ON_TORCH = ["--model.runtime.norm_backend", "torch", "--model.runtime.attention_backend", "torch",
+                   "--model.runtime.router_backend", "torch", "--model.runtime.dispatch_backend", "torch"]
+TORCH_KERNELS = LAYERS_ON_TORCH + ["--model.runtime.expert_backend", "grouped"]
+TE_KERNELS = [arg.replace("torch", "te") for arg in LAYERS_ON_TORCH] + ["--model.runtime.expert_backend", "grouped"]
 """``torch`` / ``te`` kernels: every layer component (norm, attention, router, dispatch) on torch /
-on Transformer Engine (the experts are torch's grouped GEMM in the recipe either way). ``default`` =
-the product's choice for the recipe (``auto``: torch's layers for its compiled bf16 blocks)."""
-QUACK_KERNELS = TORCH_KERNELS + ["--model.runtime.expert_backend", "quack"]
+on Transformer Engine, the experts on torch's grouped GEMM either way. ``default`` = the product's
+choice for the recipe (``auto``: torch's layers for its compiled bf16 blocks, quack's experts where
+they run)."""
+QUACK_KERNELS = LAYERS_ON_TORCH + ["--model.runtime.expert_backend", "quack"]
 """``quack``: torch's layers with quack-kernels' grouped GEMMs for the experts (a dense model has none,
 so its ``quack`` row is its ``torch`` row)."""
 KERNEL_ARGS = {"default": [], "torch": TORCH_KERNELS, "te": TE_KERNELS, "quack": QUACK_KERNELS}

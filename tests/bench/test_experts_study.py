@@ -352,7 +352,13 @@ def test_speed_table_lists_sizes_kernels_and_variants_in_order_with_the_run_coun
 
     for variant in VARIANTS:
         variant_settings(variant, 1024)  # every listed variant is one the study can run
-    assert all(arg in ("te", "torch") or arg.startswith("--model.runtime.") for arg in KERNEL_ARGS["te"])
+    # te: every layer component on TE; the experts on torch's grouped GEMM for torch and te alike (a
+    # config's auto would take quack where it runs); quack: the layers on torch, the experts on quack
+    for kernels, layers, expert_kernels in (("torch", "torch", "grouped"), ("te", "te", "grouped"),
+                                            ("quack", "torch", "quack")):
+        settings = dict(zip(KERNEL_ARGS[kernels][::2], KERNEL_ARGS[kernels][1::2]))
+        assert settings.pop("--model.runtime.expert_backend") == expert_kernels
+        assert set(settings.values()) == {layers} and len(settings) == 4, settings
 
     def row(size: str, variant: str, kernels: str, runs: int) -> dict:
         return {"size": size, "variant": variant, "kernels": kernels, "runs": [{"tokens_per_s": 1.0}] * runs,
