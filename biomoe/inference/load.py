@@ -111,8 +111,11 @@ def _choose_kernels(device: torch.device, precision: str | None,
         fields.update({name: INFERENCE_LAYER_KERNELS for name in LAYER_BACKEND_FIELDS})
     if precision == "fp32":
         fields["expert_backend"] = "grouped"  # the per-expert loop where _grouped_mm has no fp32 kernel
-    elif precision == "bf16" and str(fields.get("expert_backend", "")).startswith("te"):
-        fields["expert_backend"] = "auto"  # TE's experts need its import; bf16's auto is torch's grouped GEMM
+    elif precision == "bf16" and (fields.get("expert_backend") == "auto"
+                                  or str(fields.get("expert_backend", "")).startswith("te")):
+        # torch's grouped GEMM: TE's experts need its import, and the commands' speed was measured on
+        # grouped (a training run's auto may have taken quack); --expert-backend picks another
+        fields["expert_backend"] = "grouped"
     fields.update({k: v for k, v in (overrides or {}).items() if v is not None})
     runtime_precision = "bf16" if precision == "fp32" else precision
     config = config or ModelConfig()

@@ -212,7 +212,9 @@ def test_bf16_inference_runs_torch_kernels_whatever_training_recorded():
     runtime, precision = inference_runtime("cpu", "bf16", recorded, config=tiny_config())
     assert precision == "bf16"
     assert {getattr(runtime, name) for name in LAYER_BACKEND_FIELDS} == {"torch"}
-    assert runtime.expert_backend == "auto"
+    assert runtime.expert_backend == "grouped"
+    from_auto, _ = inference_runtime("cpu", "bf16", {"expert_backend": "auto"}, config=tiny_config())
+    assert from_auto.expert_backend == "grouped"  # a training run's auto may have meant quack
     kept, _ = inference_runtime("cpu", "bf16", {"expert_backend": "loop"}, config=tiny_config())
     assert kept.expert_backend == "loop"  # a torch expert backend as recorded
     with pytest.raises(ConfigError, match="te needs"):
