@@ -14,6 +14,9 @@ their bits/base per genome: the learning curves that the report groups by the co
         --steps 1500 --out runs/experts
     python -m bench.experts report runs/experts --splits data/corpus-splits.tsv --out results/experts
 
+``speed`` times each model alone (:mod:`bench.expert_speed`); ``match`` trains one model on other
+expert kernels side by side and compares the loss curves (:mod:`bench.expert_match`).
+
 Variants are the ones the MoE literature says make experts pay, each at equal active parameters
 per token: ``top1`` (one expert of twice the width, Switch), ``fine`` (4x as many experts of a
 quarter the width, top-8, DeepSeekMoE's fine-grained experts; ``fine64``: 8x as many), ``auxfree`` (DeepSeek-V3's
