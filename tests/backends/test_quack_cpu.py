@@ -87,6 +87,36 @@ def test_moe_layer_gives_quack_the_tokens_and_matches_the_grouped_layer():
         assert relative_error(g, w) < 1e-12
 
 
+def test_a_dispatcher_that_moves_the_rows_itself_keeps_quack_on_the_rows_path():
+    """Expert parallelism and TE's permute dispatcher move rows to where the experts are: those
+    offer no token plan, so the layer dispatches and hands quack rows, with the same result."""
+
+    class RowsOnly(LocalDispatcher):
+        calls = 0
+
+        def token_plan(self, routing):
+            return None
+
+        def dispatch(self, hidden, routing):
+            RowsOnly.calls += 1
+            return super().dispatch(hidden, routing)
+
+    hidden, experts, ffn = 16, 8, 8
+    x = torch.randn(3, 20, hidden, dtype=torch.float64)
+    outputs = {}
+    for name, dispatcher in (("tokens", None), ("rows", RowsOnly())):
+        torch.manual_seed(1)
+        layer = MoELayer(TopKRouter(hidden, experts, 2), Experts(experts, hidden, ffn, backend="quack"),
+                         dispatcher).double()
+        inp = x.clone().requires_grad_(True)
+        out, aux, z = layer(inp)
+        (out.square().sum() + aux + z).backward()
+        outputs[name] = [out, inp.grad, layer.experts.gate_up_proj.grad, layer.router.gate.weight.grad]
+    assert RowsOnly.calls == 1
+    for g, w in zip(outputs["rows"], outputs["tokens"]):
+        assert relative_error(g, w) < 1e-12
+
+
 def test_token_path_traces_under_compile_and_matches_eager():
     ops = unit_operands(48, 16, 8, 8, dtype=torch.float32)
     indices, weights = routing_case(48, 8, 2, skew=1.0)

@@ -40,6 +40,12 @@ class TokenPlan:
 class TokenDispatcher:
     """Interface: ``dispatch`` groups tokens by expert; ``combine`` undoes it and mixes the k outputs."""
 
+    def token_plan(self, routing: RoutingResult) -> TokenPlan | None:
+        """The expert-sorted order for experts that gather each token's copies inside their own
+        kernels (:attr:`~biomoe.model.moe.experts.ExpertBackend.gathers_tokens`), or None where the
+        rows must be moved by this dispatcher (to other devices, through another library)."""
+        return None
+
     def dispatch(self, hidden: Tensor, routing: RoutingResult) -> DispatchResult:
         raise NotImplementedError
 
@@ -137,6 +143,9 @@ class LocalDispatcher(TokenDispatcher):
         row_of_slot = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
         token_of_row = torch.div(order, top_k, rounding_mode="floor")
         return TokenPlan(order, row_of_slot, token_of_row, routing.tokens_per_expert)
+
+    def token_plan(self, routing: RoutingResult) -> TokenPlan:
+        return self.plan(routing)  # one device: the experts' kernels can read the tokens where they are
 
     def dispatch(self, hidden: Tensor, routing: RoutingResult) -> DispatchResult:
         num_tokens, top_k = routing.expert_indices.shape

@@ -29,9 +29,8 @@ class MoELayer(nn.Module):
         shape = hidden.shape
         flat = hidden.reshape(-1, shape[-1])
         routing = self.router(flat)
-        if self.experts.gathers_tokens and type(self.dispatcher) is LocalDispatcher:
-            # the backend gathers each token's copies inside its kernels and sums them itself
-            plan = self.dispatcher.plan(routing)
+        plan = self.dispatcher.token_plan(routing) if self.experts.gathers_tokens else None
+        if plan is not None:  # the backend gathers each token's copies inside its kernels and sums them itself
             out = self.experts.forward_tokens(flat, routing.expert_weights, plan)
             return out.reshape(shape).to(hidden.dtype), routing.aux_loss, routing.z_loss
         dispatched = self.dispatcher.dispatch(flat, routing)
