@@ -264,3 +264,18 @@ def test_bf16_first_moment_keeps_the_second_in_fp32_and_resumes_so():
     _step_all([(opt, model), (twin_opt, twin)], grads)
     for a, b in zip(model.parameters(), twin.parameters()):
         assert torch.equal(opt.master(a), twin_opt.master(b))
+
+
+def test_naming_te_adamw_with_a_broken_transformer_engine_says_why(monkeypatch):
+    """A Transformer Engine that is installed but fails to import is not called "not installed"."""
+    from biomoe.errors import ConfigError
+    from biomoe.training.optimization import optimizer_choice
+
+    monkeypatch.setattr(optimizer_choice, "te_import_error", lambda: "OSError: libcudnn.so.9: cannot open")
+    monkeypatch.setattr(optimizer_choice, "te_installed", lambda: False)
+    params = [torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))]
+    with pytest.raises(ConfigError, match="installed but fails to import: OSError: libcudnn.so.9") as err:
+        optimizer_choice.master_weight_adamw([{"params": params}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
+                                             backend="te", moment_dtype="fp32", device=torch.device("cpu"),
+                                             fused=False)
+    assert "not installed" not in str(err.value)

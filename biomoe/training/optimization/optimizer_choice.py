@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from biomoe.backends.te.availability import te_installed, te_usable
+from biomoe.backends.te.availability import te_import_error, te_installed, te_usable
 from biomoe.checkpoint.optimizer_state import MOMENT_DTYPES
 from biomoe.errors import ConfigError
 from biomoe.training.optimization.compiled_adamw import CompiledAdamWWithMasterWeights
@@ -41,9 +41,11 @@ def master_weight_adamw(groups: list[dict[str, Any]], *, lr: float, betas: tuple
     """
     te_ok = te_usable(device)
     if backend == "te" and not te_ok:
+        broken = te_import_error()
+        te_state = (f"installed but fails to import: {broken}" if broken
+                    else "installed" if te_installed() else "not installed")
         raise ConfigError("model.optim.backend: te needs Transformer Engine and the parameters on a CUDA "
-                          f"device (here: {device.type}, transformer_engine "
-                          f"{'installed' if te_installed() else 'not installed'}); use auto or torch")
+                          f"device (here: {device.type}, transformer_engine {te_state}); use auto or torch")
     if backend == "compiled":
         return CompiledAdamWWithMasterWeights(groups, lr=lr, betas=betas, eps=eps, master_storage=master_storage,
                                               moment_dtypes=MOMENT_DTYPES[moment_dtype])
