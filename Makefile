@@ -73,7 +73,8 @@ clean:
 # GPU targets run with whatever python has torch+CUDA (the venv if present, else python3).
 RUNPY := $(shell test -x $(PY) && echo $(PY) || echo python3)
 # The sweep (four shapes, three interleaved runs of each row, bf16 and the FP8 recipes this GPU
-# runs) takes ~14 min on an H200, then ~10 min of inference rows (results/bench/inference.json/.md);
+# runs; each run records its duration in bench.json, settings.wall_s), then the inference rows
+# (results/bench/inference.json/.md);
 # BENCH_ARGS=--quick for one shape in bf16, --rows/--shapes/--precisions to pick rows, --sweep adds
 # the sequence-length sweep, --inference-networks/--inference-tasks pick inference rows
 # (python -m bench --help); BENCH_INFERENCE= leaves the inference rows out.
