@@ -25,7 +25,7 @@ from bench.docs_headlines import HeadlineSourceError, headline_problems
 from bench.records import HF_STRONGEST, BenchRecord, fastest_hf
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = ("README.md", "docs/*.md")
+DOCUMENTS = ("README.md", "docs/*.md", "results/bench/sweep/README.md")
 OPENING = re.compile(r"<!-- table:[a-z0-9-]+ -->")
 MARKER = re.compile(r"(<!-- table:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
@@ -176,6 +176,32 @@ def sweep_headline(reports: list[Report]) -> str:
     lines += ["", f"Medians of {', '.join(str(n) for n in sorted(repeats))} runs per row, interleaved with "
               f"the other rows of the shape; {reports[0].machine()}. {hf_configurations_run(records)}. Files: "
               + ", ".join(f"`{rep.path}`" for rep in reports) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def sweep_columns(reports: list[Report]) -> str:
+    """The latest full sweep with every variant it ran: what each part of the product path costs."""
+    records = [r for rep in reports for r in rep.records]
+    rows = []
+    for case in cases(records):
+        base = fastest_hf([r for r in records if r.case == case]).get(case)
+        first = next(r for r in records if r.case == case)
+
+        def cell(contender: str, case: str = case, base: BenchRecord | None = base) -> str:
+            return against(pick(records, case, contender), base, with_range=True)
+
+        rows.append([shape_label(first), f"{kilo(base.tokens_per_s)} (`{base.contender}`)" if base else "—",
+                     cell("biomoe-cli"), cell("biomoe-cli-repeated"), cell("biomoe-cli-nomaster"),
+                     cell("biomoe-loop"), cell("biomoe-loop-graph"),
+                     against(best_fp8(records, case, "biomoe-cli"), base, with_precision=True),
+                     against(best_fp8(records, case, "biomoe-loop"), base, with_precision=True)])
+    repeats = {rep.data["settings"].get("repeats") for rep in reports}
+    lines = table(["shape", "fastest HF row of the run", "`cli.py fit` bf16", "fit, repeated batch",
+                   "fit, no master weights", "bare loop", "bare loop, one CUDA graph", "fit, best FP8",
+                   "bare loop, best FP8"], rows)
+    lines += ["", f"Tokens/s, medians of {', '.join(str(n) for n in sorted(repeats))} runs per row (range where "
+              f"several), ratio to the fastest HF row of the shape; {reports[0].machine()}. "
+              f"{hf_configurations_run(records)}. Files: " + ", ".join(f"`{rep.path}`" for rep in reports) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -415,6 +441,8 @@ class Table:
 TABLES: dict[str, Table] = {
     "bench-sweep": Table(("results/bench/sweep/small-shapes.json", "results/bench/sweep/mixtral.json"),
                          sweep_headline),
+    "bench-sweep-columns": Table(("results/bench/sweep/small-shapes.json", "results/bench/sweep/mixtral.json"),
+                                 sweep_columns),
     "bench-single-run": Table(("results/bench/bench.json",), single_run),
     "bench-recipes": Table(("results/bench/recipes-all-shapes/bench.json",), recipes),
     "expert-speed": Table(("results/experts/speed/speed.json",), expert_speed),
