@@ -69,6 +69,17 @@ def test_a_step_that_runs_long_says_so_while_it_runs(monkeypatch):
     assert callback.waiting_line(12.0) == "fit: step 1/100 running, 0:11 so far, 0:12 elapsed"
 
 
+def test_a_step_that_has_only_just_started_waits_for_its_own_line(monkeypatch):
+    # fast steps: the line due now comes from the step's end (loss, tokens/s), not "running, 0:00 so far"
+    clock = iter([0.0, 10.5])
+    monkeypatch.setattr("biomoe.cli.run.progress_lines.time.perf_counter", lambda: next(clock))
+    callback = ProgressLines(interval_s=10, stream=io.StringIO())
+    callback.on_train_start(fake_trainer(0), None)  # last line at 0 s
+    callback.on_train_batch_start(fake_trainer(0), None, {}, 0)  # step 1 starts at 10.5 s
+    assert callback.waiting_line(10.6) is None
+    assert callback.waiting_line(15.6) == "fit: step 1/100 running, 0:05 so far, 0:16 elapsed"
+
+
 def test_a_long_validation_counts_its_batches():
     callback = ProgressLines(interval_s=10, stream=io.StringIO())
     trainer = SimpleNamespace(**vars(fake_trainer(5)), sanity_checking=False, num_val_batches=[40])

@@ -73,11 +73,15 @@ class ProgressLines(L.Callback):
         return f"/{total:,}" if total is not None and total > 0 else ""
 
     def waiting_line(self, now: float) -> str | None:
-        """The line for a step or validation still running ``interval_s`` after the last line."""
+        """The line for a step or validation still running ``interval_s`` after the last line, once
+        it has itself run half that long: a step that has only just started will end soon, and its
+        own line (loss, tokens/s) says more than "running, 0:00 so far" would."""
         with self._lock:
             if self._phase is None or self._last is None or now - self._last < self.interval_s:
                 return None
             phase, since = self._phase, self._phase_since
+        if now - since < self.interval_s / 2:
+            return None
         if phase.startswith("validation"):
             done, total = self._val_batches
             phase += f", batch {done + 1:,}" + (f"/{total:,}" if total else "")
