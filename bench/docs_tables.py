@@ -231,6 +231,61 @@ def single_run(reports: list[Report]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _short_shape(record: BenchRecord) -> str:
+    return f"{record.shape}, {record.tokens_per_step:,}"
+
+
+def single_run_memory(reports: list[Report]) -> str:
+    """Peak memory of the single-run sweep's bf16 rows (each row's own peak)."""
+    (rep,) = reports
+    records = rep.records
+    contenders = ("hf-bf16-fused", "biomoe-cli", "biomoe-cli-nomaster", "biomoe-loop")
+    rows = []
+    for case in cases(records):
+        first = next(r for r in records if r.case == case)
+        picked = [pick(records, case, c) for c in contenders]
+        rows.append([_short_shape(first)] + [f"{r.peak_mem_gb:.1f}" if r and r.peak_mem_gb else "—" for r in picked])
+    lines = table(["shape", "HF bf16 fused", "biomoe-cli", "-nomaster", "biomoe-loop"], rows)
+    lines += ["", f"Peak GB, bf16, one run per row; {rep.machine()}. File: `{rep.path}`."]
+    return "\n".join(lines) + "\n"
+
+
+STEP_TIME_ROWS = (  # (label, contender, contender whose time this row adds to, or None)
+    ("bare loop: model, fused AdamW on bf16 weights, no clipping, no Lightning", "biomoe-loop", None),
+    ("+ Lightning's loop, shipped callbacks and logging, gradient clipping (`-nomaster`)", "biomoe-cli-nomaster",
+     "biomoe-loop"),
+    ("+ fp32 master weights in TE's fused AdamW (`biomoe-cli`)", "biomoe-cli", "biomoe-cli-nomaster"),
+)
+
+
+def single_run_step_time(reports: list[Report]) -> str:
+    """Where the single-run sweep's step time goes, taking one thing away at a time (median step, bf16)."""
+    (rep,) = reports
+    records = rep.records
+    shapes = cases(records)
+
+    def ms(case: str, contender: str) -> float | None:
+        r = pick(records, case, contender)
+        return r.step_ms if r else None
+
+    rows = []
+    for label, contender, before in STEP_TIME_ROWS:
+        cells = []
+        for case in shapes:
+            now, prior = ms(case, contender), ms(case, before) if before else None
+            cells.append("—" if now is None else f"{now:.1f} ms" + (f" ({now - prior:+.1f})" if prior else ""))
+        rows.append([label] + cells)
+    callbacks = [(ms(c, "biomoe-cli"), ms(c, "biomoe-cli-nocallbacks")) for c in shapes]
+    rows.append(["the shipped callbacks alone (`biomoe-cli` − `-nocallbacks`)"]
+                + [f"{a - b:.1f} ms" if a and b else "—" for a, b in callbacks])
+    rows.append(["HF bf16, fused AdamW, no clipping"]
+                + [f"{v:.1f} ms" if (v := ms(c, "hf-bf16-fused")) else "—" for c in shapes])
+    firsts = [next(r for r in records if r.case == c) for c in shapes]
+    lines = table([""] + [_short_shape(f) for f in firsts], rows)
+    lines += ["", f"Median step of one run per row, bf16; {rep.machine()}. File: `{rep.path}`."]
+    return "\n".join(lines) + "\n"
+
+
 def recipes(reports: list[Report]) -> str:
     """The recipes on the real data module, medians of interleaved runs."""
     (rep,) = reports
@@ -444,6 +499,8 @@ TABLES: dict[str, Table] = {
     "bench-sweep-columns": Table(("results/bench/sweep/small-shapes.json", "results/bench/sweep/mixtral.json"),
                                  sweep_columns),
     "bench-single-run": Table(("results/bench/bench.json",), single_run),
+    "bench-single-run-memory": Table(("results/bench/bench.json",), single_run_memory),
+    "bench-single-run-step-time": Table(("results/bench/bench.json",), single_run_step_time),
     "bench-recipes": Table(("results/bench/recipes-all-shapes/bench.json",), recipes),
     "expert-speed": Table(("results/experts/speed/speed.json",), expert_speed),
     "expert-speed-quack": Table(("results/experts/speed-quack/speed.json",), expert_speed_quack),
