@@ -38,6 +38,8 @@ DATES_NOT_IN_FILE = {
     "results/bench/inference-gpu/score-embed.json": "2026-12-06",
     "results/bench/inference-gpu/variants-generate.json": "2026-12-06",
     "results/experts/speed-quack/speed.json": "2026-12-07",
+    "results/bench/bare-loop/bench.json": "2026-11-29",
+    "results/bench/compile/bench.json": "2026-11-29",
 }
 """Reports written before the bench recorded the date: the day of the commit that added each one
 (its folder's README says the same). A report that records ``environment.date`` is read instead."""
@@ -286,6 +288,51 @@ def single_run_step_time(reports: list[Report]) -> str:
     return "\n".join(lines) + "\n"
 
 
+BARE_LOOP_LABELS = {
+    "hf-default": "HF default (grouped_mm experts, torch AdamW defaults = foreach)",
+    "hf-default+fused-adamw": "HF default + fused AdamW",
+    "hf-eager": "HF eager experts loop",
+}
+
+
+def _bare_loop_label(variant: str) -> str:
+    """``biomoe-te_fused-fp8-block`` -> ``biomoe `te_fused`, fp8-block``; HF's rows by name."""
+    if variant in BARE_LOOP_LABELS:
+        return BARE_LOOP_LABELS[variant]
+    name, _, extra = variant.partition("+")
+    backend, precision = name.removeprefix("biomoe-").split("-", 1)
+    label = f"biomoe `{backend}`, {precision}"
+    return label + (f" + `torch.{extra}`" if extra else "")
+
+
+def bare_loop_variants(reports: list[Report], shape: str) -> str:
+    """One shape of the earlier bare-loop benchmark (one process, fixed batch): every variant's rate
+    against HF's default configuration, its TFLOP/s, MFU and peak memory."""
+    (rep,) = reports
+    rows_in = [r for r in rep.data.get("results", []) if r.get("shape") == shape]
+    if not rows_in:
+        raise DocsTableError(f"{rep.path}: no {shape} rows")
+    base = next((r for r in rows_in if r["variant"] == "hf-default" and r["status"] == "ok"), None)
+    if base is None:
+        raise DocsTableError(f"{rep.path}: no hf-default row for {shape}")
+    best = max((r for r in rows_in if r["status"] == "ok"), key=lambda r: r["tokens_per_s"])
+    rows = []
+    for r in rows_in:
+        if r["status"] != "ok":
+            rows.append([_bare_loop_label(r["variant"]), r["status"], "", "", "", ""])
+            continue
+        rate = f"{r['tokens_per_s']:,.0f}"
+        vs = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}×"
+        if r is best:
+            rate, vs = f"**{rate}**", f"**{vs}**"
+        rows.append([_bare_loop_label(r["variant"]), rate, vs, f"{r['tflops']:.0f}", f"{100 * r['mfu']:.1f}%",
+                     f"{r['peak_mem_gb']:.1f}"])
+    lines = table(["variant", "tokens/s", "vs HF default", "TFLOP/s", "MFU", "peak GB"], rows)
+    lines += ["", f"Median step, one run per variant; one {rep.gpu()}, {rep.date}; torch "
+              f"{rep.data.get('environment', {}).get('torch')}. File: `{rep.path}`."]
+    return "\n".join(lines) + "\n"
+
+
 def recipes(reports: list[Report]) -> str:
     """The recipes on the real data module, medians of interleaved runs."""
     (rep,) = reports
@@ -501,6 +548,12 @@ TABLES: dict[str, Table] = {
     "bench-single-run": Table(("results/bench/bench.json",), single_run),
     "bench-single-run-memory": Table(("results/bench/bench.json",), single_run_memory),
     "bench-single-run-step-time": Table(("results/bench/bench.json",), single_run_step_time),
+    "bare-loop-mixtral": Table(("results/bench/bare-loop/bench.json",),
+                               functools.partial(bare_loop_variants, shape="mixtral-2layer")),
+    "bare-loop-dna-small": Table(("results/bench/bare-loop/bench.json",),
+                                 functools.partial(bare_loop_variants, shape="dna-small")),
+    "bare-loop-compile": Table(("results/bench/compile/bench.json",),
+                               functools.partial(bare_loop_variants, shape="mixtral-2layer")),
     "bench-recipes": Table(("results/bench/recipes-all-shapes/bench.json",), recipes),
     "expert-speed": Table(("results/experts/speed/speed.json",), expert_speed),
     "expert-speed-quack": Table(("results/experts/speed-quack/speed.json",), expert_speed_quack),
