@@ -59,6 +59,20 @@ class Headline:
     value: Callable[[Any], str]
 
 
+def _gemm_ratio_range(impl: str, digits: int) -> Callable[[Any], str]:
+    def value(data: Any) -> str:
+        ratios = [r[f"{impl}_over_dense"] for r in data["rows"] if f"{impl}_over_dense" in r]
+        return f"{min(ratios):.{digits}f}-{max(ratios):.{digits}f}"
+    return value
+
+
+def _gemm_tflops_range(key: str) -> Callable[[Any], str]:
+    def value(data: Any) -> str:
+        rates = [r[key] for r in data["rows"] if key in r]
+        return f"{min(rates):.0f}-{max(rates):.0f}"
+    return value
+
+
 HEADLINES = (
     Headline("README.md", "reaches **1.775 bits/base**", "results/quality/run-summaries/ecoli-mutation.repeat-mix.json",
              lambda d: f"{d['mixed_bits_per_base']:.3f}"),
@@ -74,6 +88,14 @@ HEADLINES = (
              _markov_gap("saureus_rf122")),
     Headline("README.md", "(1.15-1.46x faster there)", "results/experts/speed/speed.json", _torch_over_te_layers),
     Headline("README.md", "strain 0.04–0.06 bits/base below", "results/recipes/summary.json", _zero_shot_gaps),
+    Headline("docs/benchmarks.md", "2.0-2.5x the dense six", "results/experts/gemms-triton/gemms.json",
+             _gemm_ratio_range("triton", 1)),
+    Headline("docs/benchmarks.md", "against quack's 1.16-1.45x", "results/experts/gemms/gemms.json",
+             _gemm_ratio_range("quack", 2)),
+    Headline("docs/benchmarks.md", "quack runs 442-595", "results/experts/gemms/gemms.json",
+             _gemm_tflops_range("quack_tflops")),
+    Headline("docs/benchmarks.md", "against cuBLAS's 635-694", "results/experts/gemms/gemms.json",
+             _gemm_tflops_range("dense_tflops")),
 )
 
 

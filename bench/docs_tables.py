@@ -333,6 +333,36 @@ def bare_loop_variants(reports: list[Report], shape: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+SEQ_SWEEP_LABELS = {"hf-default": "HF default", "biomoe-ac": "biomoe with activation checkpointing"}
+
+
+def longest_sequence(reports: list[Report]) -> str:
+    """The earlier bare-loop benchmark's sequence sweep: the longest sequence each contender trains,
+    its peak memory and rate there, and what stopped it (memory, or the sweep's maximum)."""
+    (rep,) = reports
+    sweep = rep.data.get("seq_sweep")
+    if not isinstance(sweep, list) or not sweep:
+        raise DocsTableError(f"{rep.path}: no sequence sweep ('seq_sweep')")
+    longest_tried = max(r["seq"] for r in sweep)
+    rows = []
+    for variant in dict.fromkeys(r["variant"] for r in sweep):
+        runs = sorted((r for r in sweep if r["variant"] == variant), key=lambda r: r["seq"])
+        trained = [r for r in runs if r["status"] == "ok"]
+        if not trained:
+            rows.append([SEQ_SWEEP_LABELS.get(variant, variant), "none", "", ""])
+            continue
+        best = trained[-1]
+        failed = next((r for r in runs if r["seq"] > best["seq"] and r["status"] != "ok"), None)
+        why = (f" ({failed['seq']:,} runs out of memory)" if failed and failed["status"] == "OOM"
+               else f" ({failed['seq']:,}: {failed['status']})" if failed
+               else " (the sweep's maximum)" if best["seq"] == longest_tried else "")
+        rows.append([SEQ_SWEEP_LABELS.get(variant, variant), f"{best['seq']:,}{why}", f"{best['peak_mem_gb']:.1f}",
+                     f"{best['tokens_per_s']:,.0f}"])
+    lines = table(["", "longest that trains", "peak GB", "tokens/s there"], rows)
+    lines += ["", f"One {rep.gpu()}, {rep.date}. File: `{rep.path}` (`seq_sweep`: every length tried)."]
+    return "\n".join(lines) + "\n"
+
+
 def recipes(reports: list[Report]) -> str:
     """The recipes on the real data module, medians of interleaved runs."""
     (rep,) = reports
@@ -554,6 +584,7 @@ TABLES: dict[str, Table] = {
                                  functools.partial(bare_loop_variants, shape="dna-small")),
     "bare-loop-compile": Table(("results/bench/compile/bench.json",),
                                functools.partial(bare_loop_variants, shape="mixtral-2layer")),
+    "bare-loop-longest-sequence": Table(("results/bench/bare-loop/bench.json",), longest_sequence),
     "bench-recipes": Table(("results/bench/recipes-all-shapes/bench.json",), recipes),
     "expert-speed": Table(("results/experts/speed/speed.json",), expert_speed),
     "expert-speed-quack": Table(("results/experts/speed-quack/speed.json",), expert_speed_quack),
