@@ -556,10 +556,9 @@ def run_summaries(reports: list[Report], labels: tuple[str, ...], markov: bool =
     lines = table(header, rows)
     lines[1] = "| --- | ---: | ---: | ---: | ---: |" + (" --- |" if file_column else "")
     first = reports[0].data
-    lines += ["", f"{first.get('hardware')}, {first.get('date')}; {first.get('software')}. Files: "
-              f"`{RUNS}` (each with its command and validation curve)"
-              + (f", `{MARKOV_ECOLI}`" if markov else "") + (", `results/quality/ensembles.json`" if ensemble else "")
-              + "."]
+    files = ([table_.path] if markov else []) + [rep.path for rep in reports] + ([closing.path] if closing else [])
+    lines += ["", f"{first.get('hardware')}, {first.get('date')}; {first.get('software')}. Files (each run's "
+              "with its command and validation curve): " + ", ".join(f"`{f}`" for f in files) + "."]
     return "\n".join(lines) + "\n"
 
 
