@@ -555,9 +555,11 @@ def run_summaries(reports: list[Report], labels: tuple[str, ...], markov: bool =
     header = ["run", "steps", "wall-clock", last_label, "best (step)"] + (["summary"] if file_column else [])
     lines = table(header, rows)
     lines[1] = "| --- | ---: | ---: | ---: | ---: |" + (" --- |" if file_column else "")
-    first = reports[0].data
+    def distinct(key: str) -> str:
+        return "; ".join(dict.fromkeys(str(rep.data.get(key)) for rep in reports))
+
     files = ([table_.path] if markov else []) + [rep.path for rep in reports] + ([closing.path] if closing else [])
-    lines += ["", f"{first.get('hardware')}, {first.get('date')}; {first.get('software')}. Files (each run's "
+    lines += ["", f"{distinct('hardware')}; {distinct('date')}; {distinct('software')}. Files (each run's "
               "with its command and validation curve): " + ", ".join(f"`{f}`" for f in files) + "."]
     return "\n".join(lines) + "\n"
 
@@ -647,6 +649,14 @@ TABLES: dict[str, Table] = {
             "v4: dropout 0.2, weight decay 2.0, EMA 0.998"),
             ensemble=("mean of the four models' probabilities (four trainings, not one config)",
                       "regularisation_variants", "v1+v2+v3+v4"))),
+    "quality-mutation": Table(
+        tuple(f"{RUNS}{n}.json" for n in ("ecoli-v2-wd1-ema", "ecoli-v10-wd1-ema-mut5", "ecoli-v11-wd1-ema-mut10-long",
+                                          "ecoli-v3-wide768", "ecoli-v9-wide768-mut5", "ecoli-v12-wide768-mut10")),
+        functools.partial(run_summaries, last_label="last", file_column=False, labels=(
+            "v2 (no mutation): hidden 512, wd 1.0, EMA", "v10: v2 + 5 % mutation (still falling at the end)",
+            "**v11: v2 + 10 % mutation, 3,600 steps** (the recipe of `configs/ecoli-mutation.yaml`)",
+            "v3 (no mutation): hidden 768, dropout 0.3, wd 1.0, EMA", "v9: v3 + 5 % mutation, 2,600 steps",
+            "v12: v3 + 10 % mutation, 2,300 steps (still falling slowly at the end)"))),
     "bench-recipes": Table(("results/bench/recipes-all-shapes/bench.json",), recipes),
     "expert-speed": Table(("results/experts/speed/speed.json",), expert_speed),
     "expert-speed-quack": Table(("results/experts/speed-quack/speed.json",), expert_speed_quack),
