@@ -46,6 +46,9 @@ DENSE_TOP_K = 2
 OPS = ("up+swiglu", "down", "dswiglu", "dW_down", "dW_up", "dx")
 """The six products of one expert MLP's training step, in the order they run."""
 
+IMPLS = ("quack", "triton")
+"""The grouped-GEMM kernel families ``--impls`` may time against the dense twin."""
+
 SWEEP = [  # (tile_m, tile_n, pingpong, cluster_m): SM90 candidates of quack's own autotune list
     (128, 128, True, 2), (128, 192, True, 1), (128, 256, False, 2), (256, 128, False, 2),
     (256, 192, False, 2), (128, 128, True, 1), (128, 64, True, 1), (128, 96, True, 1), (192, 128, True, 1),
@@ -396,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time each quack tile configuration of SWEEP")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.impls.split(",")) - set(IMPLS))
+    if unknown:
+        print(f"biomoe: error: --impls: unknown {', '.join(unknown)} (known: {', '.join(IMPLS)})", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("biomoe: error: bench.expert_gemms needs a CUDA GPU", file=sys.stderr)
         return 2
