@@ -161,50 +161,47 @@ def hf_configurations_run(records: list[BenchRecord]) -> str:
 
 
 # ----------------------------------------------------------------------------- the tables
-def sweep_headline(reports: list[Report]) -> str:
-    """The latest full sweep: medians of interleaved runs, every shape, against the fastest HF row."""
+def _sweep_table(reports: list[Report], header: list[str],
+                 cells: Callable[[list[BenchRecord], str, BenchRecord | None], list[str]], lead: str) -> str:
+    """A sweep's table: per shape, its fastest HF row and ``cells(records, case, base)``; the footer
+    gives the run count, the machine, the HF configurations run and the files."""
     records = [r for rep in reports for r in rep.records]
     rows = []
     for case in cases(records):
         base = fastest_hf([r for r in records if r.case == case]).get(case)
         first = next(r for r in records if r.case == case)
-        rows.append([shape_label(first), f"{kilo(base.tokens_per_s)} (`{base.contender}`)" if base else "—",
-                     against(pick(records, case, "biomoe-cli"), base, with_range=True),
-                     against(best_fp8(records, case, "biomoe-cli"), base, with_precision=True),
-                     against(pick(records, case, "biomoe-loop"), base)])
+        rows.append([shape_label(first), f"{kilo(base.tokens_per_s)} (`{base.contender}`)" if base else "—"]
+                    + cells(records, case, base))
     repeats = {rep.data["settings"].get("repeats") for rep in reports}
-    lines = table(["shape", "fastest HF row of the run", "**`cli.py fit`, bf16** (ratio; range)",
-                   "`cli.py fit`, best FP8", "bare loop bf16"], rows)
-    lines += ["", f"Medians of {', '.join(str(n) for n in sorted(repeats))} runs per row, interleaved with "
-              f"the other rows of the shape; {reports[0].machine()}. {hf_configurations_run(records)}. Files: "
-              + ", ".join(f"`{rep.path}`" for rep in reports) + "."]
+    lines = table(["shape", "fastest HF row of the run"] + header, rows)
+    lines += ["", f"{lead.format(runs=', '.join(str(n) for n in sorted(repeats)))}; {reports[0].machine()}. "
+              f"{hf_configurations_run(records)}. Files: " + ", ".join(f"`{rep.path}`" for rep in reports) + "."]
     return "\n".join(lines) + "\n"
+
+
+def sweep_headline(reports: list[Report]) -> str:
+    """The latest full sweep: medians of interleaved runs, every shape, against the fastest HF row."""
+    def cells(records: list[BenchRecord], case: str, base: BenchRecord | None) -> list[str]:
+        return [against(pick(records, case, "biomoe-cli"), base, with_range=True),
+                against(best_fp8(records, case, "biomoe-cli"), base, with_precision=True),
+                against(pick(records, case, "biomoe-loop"), base)]
+
+    return _sweep_table(reports, ["**`cli.py fit`, bf16** (ratio; range)", "`cli.py fit`, best FP8", "bare loop bf16"],
+                        cells, "Medians of {runs} runs per row, interleaved with the other rows of the shape")
 
 
 def sweep_columns(reports: list[Report]) -> str:
     """The latest full sweep with every variant it ran: what each part of the product path costs."""
-    records = [r for rep in reports for r in rep.records]
-    rows = []
-    for case in cases(records):
-        base = fastest_hf([r for r in records if r.case == case]).get(case)
-        first = next(r for r in records if r.case == case)
+    def cells(records: list[BenchRecord], case: str, base: BenchRecord | None) -> list[str]:
+        ranged = [against(pick(records, case, c), base, with_range=True) for c in (
+            "biomoe-cli", "biomoe-cli-repeated", "biomoe-cli-nomaster", "biomoe-loop", "biomoe-loop-graph")]
+        return ranged + [against(best_fp8(records, case, c), base, with_precision=True)
+                         for c in ("biomoe-cli", "biomoe-loop")]
 
-        def cell(contender: str, case: str = case, base: BenchRecord | None = base) -> str:
-            return against(pick(records, case, contender), base, with_range=True)
-
-        rows.append([shape_label(first), f"{kilo(base.tokens_per_s)} (`{base.contender}`)" if base else "—",
-                     cell("biomoe-cli"), cell("biomoe-cli-repeated"), cell("biomoe-cli-nomaster"),
-                     cell("biomoe-loop"), cell("biomoe-loop-graph"),
-                     against(best_fp8(records, case, "biomoe-cli"), base, with_precision=True),
-                     against(best_fp8(records, case, "biomoe-loop"), base, with_precision=True)])
-    repeats = {rep.data["settings"].get("repeats") for rep in reports}
-    lines = table(["shape", "fastest HF row of the run", "`cli.py fit` bf16", "fit, repeated batch",
-                   "fit, no master weights", "bare loop", "bare loop, one CUDA graph", "fit, best FP8",
-                   "bare loop, best FP8"], rows)
-    lines += ["", f"Tokens/s, medians of {', '.join(str(n) for n in sorted(repeats))} runs per row (range where "
-              f"several), ratio to the fastest HF row of the shape; {reports[0].machine()}. "
-              f"{hf_configurations_run(records)}. Files: " + ", ".join(f"`{rep.path}`" for rep in reports) + "."]
-    return "\n".join(lines) + "\n"
+    return _sweep_table(reports, ["`cli.py fit` bf16", "fit, repeated batch", "fit, no master weights", "bare loop",
+                                  "bare loop, one CUDA graph", "fit, best FP8", "bare loop, best FP8"], cells,
+                        "Tokens/s, medians of {runs} runs per row (range where several), ratio to the fastest HF "
+                        "row of the shape")
 
 
 def single_run(reports: list[Report]) -> str:
