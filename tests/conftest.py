@@ -3,6 +3,8 @@ checkpoint of it."""
 
 from __future__ import annotations
 
+import contextlib
+
 import gzip
 import sys
 from collections.abc import Callable
@@ -161,10 +163,26 @@ def no_process_group_carried_over():
         dist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """torch on ``count`` intra-op threads inside the block, the count before restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture
 def two_threads():
-    """torch on two intra-op threads for the test (a shared 2-core CPU), the count restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
+    """torch on two intra-op threads for the test (a shared 2-core CPU)."""
+    with torch_threads(2):
+        yield
+
+
+@pytest.fixture
+def one_thread():
+    """CPU timing with one thread: on a shared machine, more threads wait on each other."""
+    with torch_threads(1):
+        yield

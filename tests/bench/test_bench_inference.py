@@ -31,15 +31,6 @@ TINY = """model:
 
 
 @pytest.fixture
-def one_thread():
-    """CPU timing with one thread: on a shared machine, more threads wait on each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture
 def tiny_inputs(tmp_path: Path, write_fasta) -> tuple[Path, Path]:
     net = tmp_path / "tiny-net.yaml"
     net.write_text(TINY)
