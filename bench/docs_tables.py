@@ -385,13 +385,18 @@ EXPERT_VARIANTS = {"dense": "dense", "moe": "moe (8 experts, top-2)", "fine": "f
                    "fine64": "fine64 (64 experts, top-8)"}
 
 
-def expert_speed(reports: list[Report]) -> str:
-    """Each model alone, torch's and TE's layer kernels side by side (``bench.experts speed``)."""
-    (rep,) = reports
+def _speed_rows(rep: Report) -> dict[tuple[str, str, str], dict]:
+    """The measured rows of a ``bench.experts speed`` file by (size, variant, kernels)."""
     rows_in = rep.data.get("contenders")
     if not isinstance(rows_in, list):
         raise DocsTableError(f"{rep.path}: not an expert speed table (no 'contenders' list)")
-    by = {(r["size"], r["variant"], r["kernels"]): r for r in rows_in if "tokens_per_s" in r}
+    return {(r["size"], r["variant"], r["kernels"]): r for r in rows_in if "tokens_per_s" in r}
+
+
+def expert_speed(reports: list[Report]) -> str:
+    """Each model alone, torch's and TE's layer kernels side by side (``bench.experts speed``)."""
+    (rep,) = reports
+    by = _speed_rows(rep)
 
     def cells(row: dict | None, with_detail: bool) -> list[str]:
         if row is None:
@@ -420,10 +425,7 @@ def expert_speed(reports: list[Report]) -> str:
 def expert_speed_quack(reports: list[Report]) -> str:
     """Each model alone, the experts on torch's grouped GEMM and on quack's (``--kernels torch,quack``)."""
     (rep,) = reports
-    rows_in = rep.data.get("contenders")
-    if not isinstance(rows_in, list):
-        raise DocsTableError(f"{rep.path}: not an expert speed table (no 'contenders' list)")
-    by = {(r["size"], r["variant"], r["kernels"]): r for r in rows_in if "tokens_per_s" in r}
+    by = _speed_rows(rep)
 
     def cells(row: dict | None) -> list[str]:
         if row is None:
