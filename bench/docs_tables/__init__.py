@@ -18,17 +18,18 @@ import sys
 from pathlib import Path
 
 from bench.docs_headlines import HeadlineSourceError, headline_problems
-from bench.docs_tables import experts, inference, quality, training
+from bench.docs_tables import experts, inference, optimizer, quality, recipes, scaling, training
 from bench.docs_tables.report import ROOT, DocsTableError, Report, Table, read_report
 
 __all__ = ["ROOT", "TABLES", "DocsTableError", "Report", "Table", "documents", "main", "marked_tables", "read_report",
            "render", "rendered_text", "stale_tables"]
 
-DOCUMENTS = ("README.md", "docs/*.md", "results/bench/sweep/README.md")
+DOCUMENTS = ("README.md", "docs/*.md", "results/**/README.md")
 OPENING = re.compile(r"<!-- table:[a-z0-9-]+ -->")
 MARKER = re.compile(r"(<!-- table:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
-TABLES: dict[str, Table] = {**training.TABLES, **experts.TABLES, **quality.TABLES, **inference.TABLES}
+TABLES: dict[str, Table] = {**training.TABLES, **optimizer.TABLES, **experts.TABLES, **quality.TABLES,
+                             **recipes.TABLES, **inference.TABLES, **scaling.TABLES}
 """Every table a document may mark, by name, from each family's module."""
 
 
