@@ -23,6 +23,10 @@ DATES_NOT_IN_FILE = {
     "results/experts/speed-quack/speed.json": "2026-12-07",
     "results/bench/bare-loop/bench.json": "2026-11-29",
     "results/bench/compile/bench.json": "2026-11-29",
+    "results/bench/inference/genome-score.json": "2026-12-02",
+    "results/bench/inference/genome-generate.json": "2026-12-02",
+    "results/bench/inference/dna-small-score.json": "2026-12-02",
+    "results/bench/inference/dna-small-more.json": "2026-12-04",
 }
 """Reports written before the bench recorded the date: the day of the commit that added each one
 (its folder's README says the same). A report that records ``environment.date`` is read instead."""
