@@ -125,8 +125,9 @@ def test_auto_rule(info, te, precision, want):
 
 def test_group_padding_places_rows_and_zero_fills():
     counts = [3, 0, 17, 16]
-    pad = GroupPadding(counts, 16, torch.device("cpu"))
+    pad = GroupPadding(torch.tensor(counts, dtype=torch.int32), 16)
     assert pad.padded_counts == [16, 0, 32, 16]
+    assert pad.padded_splits.dtype == torch.int64 and pad.padded_splits.tolist() == pad.padded_counts
     rows = torch.arange(1, sum(counts) + 1, dtype=torch.float32).unsqueeze(-1)
     padded = pad.pad(rows)
     assert padded.shape[0] == 64
@@ -290,3 +291,21 @@ def test_compiled_blocks_keep_te_layers_when_asked_or_under_an_fp8_recipe(monkey
     assert select.may_use_te(asked)
     paths = select.select_backends(ModelConfig(), asked, torch.device("cpu")).paths
     assert paths["norm"] == "te.RMSNorm" and paths["attention"] == "torch SDPA"
+
+
+@pytest.mark.parametrize("align", [16, 32, 128])
+def test_group_padding_matches_a_per_expert_reference(align):
+    gen = torch.Generator().manual_seed(align)
+    for _ in range(20):
+        counts = torch.randint(0, 3 * align, (8,), generator=gen)
+        counts[torch.randint(0, 8, (2,), generator=gen)] = 0  # empty experts too
+        pad = GroupPadding(counts, align)
+        rows = torch.randn(int(counts.sum()), 3, generator=gen)
+        want, start = [], 0
+        for c in counts.tolist():
+            block = torch.zeros(-(-c // align) * align, 3)
+            block[:c] = rows[start:start + c]
+            want.append(block)
+            start += c
+        assert torch.equal(pad.pad(rows), torch.cat(want))
+        assert torch.equal(pad.unpad(pad.pad(rows)), rows)

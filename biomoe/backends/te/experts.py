@@ -55,24 +55,23 @@ GLU_INTERLEAVE = 32
 class GroupPadding:
     """Pads each expert's row group to a multiple of ``align`` (zero rows) and undoes it.
 
-    Built from host counts (the TE legacy path syncs for them anyway). ``dest`` maps every real
-    row to its place in the padded buffer; padding rows stay zero, so they add nothing to
-    weight gradients.
+    Everything on the device is computed there from the counts tensor, so no split list is copied
+    from the host; the one read of the counts to the host is the list TE's grouped GEMM takes
+    anyway (and the padded buffer's size). ``dest`` maps every real row to its place in the padded
+    buffer; padding rows stay zero, so they add nothing to weight gradients.
     """
 
-    def __init__(self, counts: list[int], align: int, device: torch.device) -> None:
-        self.counts = counts
-        self.padded_counts = [int(math.ceil(c / align) * align) for c in counts]
-        self.total = sum(counts)
+    def __init__(self, counts: Tensor, align: int) -> None:
+        counts = counts.to(torch.int64)
+        self.counts = [int(c) for c in counts.tolist()]
+        self.padded_counts = [int(math.ceil(c / align) * align) for c in self.counts]
+        self.total = sum(self.counts)
         self.padded_total = sum(self.padded_counts)
-        # Three host-to-device copies of split lists per layer (src, dst, counts), each a small
-        # blocking transfer; one stacked copy, or offsets computed on the device from the counts
-        # tensor, would remove two or all three. Their share of a step is to be measured on a GPU.
-        src = torch.tensor([0] + counts[:-1], device=device).cumsum(0)
-        dst = torch.tensor([0] + self.padded_counts[:-1], device=device).cumsum(0)
-        shift = torch.repeat_interleave(dst - src, torch.tensor(counts, device=device),
-                                        output_size=self.total)
-        self.dest = torch.arange(self.total, device=device) + shift
+        self.padded_splits = (counts + align - 1) // align * align
+        src = torch.cumsum(counts, 0) - counts
+        dst = torch.cumsum(self.padded_splits, 0) - self.padded_splits
+        shift = torch.repeat_interleave(dst - src, counts, output_size=self.total)
+        self.dest = torch.arange(self.total, device=counts.device) + shift
 
     @property
     def needed(self) -> bool:
@@ -163,13 +162,13 @@ class _TEBackendBase(ExpertBackend):
         align = active_alignment()
         padding = None
         if align > 1:
-            padding = GroupPadding([int(c) for c in tokens_per_expert.tolist()], align, rows.device)
+            padding = GroupPadding(tokens_per_expert, align)
             if not padding.needed:
                 padding = None
         if padding is not None:
             rows = padding.pad(rows)
             probs = padding.pad(probs) if probs is not None else None
-            splits = torch.tensor(padding.padded_counts, dtype=torch.int64, device=rows.device)
+            splits = padding.padded_splits
         else:
             splits = tokens_per_expert.to(torch.int64)
         out = self._compute(rows, splits, gate_up, down, probs)
