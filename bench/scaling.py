@@ -36,6 +36,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import torch
 import yaml
 
 from bench.report import environment
@@ -255,6 +256,26 @@ def markdown(results: list[ScalingResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_machines(results: list[ScalingResult]) -> str:
+    """The machines that ran the points, from each point's own environment (never the machine
+    merging them), one line per distinct machine and software, and how many points record none."""
+    counts: dict[str, int] = {}
+    for r in results:
+        env = r.environment
+        if not env:
+            continue
+        visible = f" ({env['gpu_count']} visible)" if "gpu_count" in env else ""
+        line = (f"{env.get('gpu') or 'no GPU'}{visible}, torch {env.get('torch')}, "
+                f"Transformer Engine {env.get('transformer_engine')}, {env.get('date')}")
+        counts[line] = counts.get(line, 0) + 1
+    lines = [f"- {line}: {n} point{'s' if n > 1 else ''}" for line, n in counts.items()]
+    missing = len(results) - sum(counts.values())
+    if missing:
+        lines.append(f"- not recorded: {missing} point{'s' if missing > 1 else ''} (from before the runner "
+                     "recorded its machine)")
+    return "Machines that ran the points (each point's own `environment`):\n\n" + "\n".join(lines) + "\n"
+
+
 def _precision_label(r: ScalingResult) -> str:
     return r.precision + (" + AC" if r.activation_checkpointing else "")
 
@@ -340,6 +361,13 @@ def _fit_locked(cfg: dict, run_dir: Path, timeout_s: float, cli_args: list[str])
     return time.perf_counter() - start
 
 
+def point_environment() -> dict:
+    """The machine that ran a point, taken by the runner beside the fit (same host, same visible
+    GPUs): GPU name, how many GPUs the fit could see, software and date. Recorded in each point
+    file, because the machine that later merges the points into a report is often another one."""
+    return {**environment(), "gpu_count": torch.cuda.device_count()}
+
+
 def _first_line(err: Exception) -> str:
     """``Type: first line of the message``: errors here must print as one line."""
     text = str(err)
@@ -411,7 +439,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{name}: FAILED: {err}", flush=True)
                 write_text(out / f"{name}.failed", f"{err}\n")
                 continue
-            res.environment = environment()
+            res.environment = point_environment()
             write_text(out / f"{name}.json", json.dumps(asdict(res), indent=2))
             print(f"{name}: {res.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {res.tflops_per_gpu:.0f} "
                   f"TFLOP/s/GPU, peak {res.peak_mem_gb} GB, loss {res.first_loss:.3f} -> "
@@ -443,7 +471,7 @@ def report(args: argparse.Namespace) -> int:
            "report_written_on": environment()}  # the machine that merged the points, not the one that ran them
     write_text(out / "scaling.json", json.dumps({**env, "results": [asdict(r) for r in results]}, indent=2))
     table = markdown(results)
-    write_text(out / "scaling.md", table)
+    write_text(out / "scaling.md", f"{table}\n{run_machines(results)}")
     plot(results, out / "scaling.png")
     print(table)
     return 0

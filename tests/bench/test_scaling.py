@@ -4,6 +4,7 @@ into per-GPU throughput, and merged into an efficiency table. The GPU numbers co
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -346,3 +347,55 @@ def test_sigterm_to_the_runner_takes_the_fit_with_it(tmp_path):
         if runner.poll() is None:
             runner.kill()
         _assert_all_end_then_clean_up(pids)
+
+
+def _fake_fit_writing_metrics(root: Path) -> None:
+    """A cli.py that trains nothing but leaves the CSVLogger file a fit would, beside its config."""
+    _fake_cli(root, "from pathlib import Path\n"
+                    "log = Path(sys.argv[sys.argv.index('--config') + 1]).parent / 'version_0'\n"
+                    "log.mkdir(parents=True)\n"
+                    "rows = ['step,train/loss,train/tokens_per_s'] + [f'{s},{4 - s / 10},100.0' for s in range(6)]\n"
+                    "(log / 'metrics.csv').write_text('\\n'.join(rows) + '\\n')\n")
+
+
+def test_each_point_records_the_machine_that_ran_it(tmp_path, monkeypatch):
+    """A point file carries the GPU name, the GPUs its fit could see, torch, Transformer Engine and
+    the date of the machine that ran it: the report is often merged on another machine."""
+    _fake_fit_writing_metrics(tmp_path / "root")
+    monkeypatch.setattr(scaling, "ROOT", tmp_path / "root")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(tiny_ep_config()))
+    out = tmp_path / "points"
+    assert scaling.main(["run", "--config", str(path), "--layouts", "1x1", "--precisions", "bf16",
+                         "--steps", "6", "--warmup", "2", "--out", str(out)]) == 0
+    (point,) = [json.loads(p.read_text()) for p in out.glob("*.json")]
+    env = point["environment"]
+    assert {"gpu", "gpu_count", "torch", "transformer_engine", "date"} <= set(env)
+    import torch
+
+    assert env["torch"] == torch.__version__ and env["gpu_count"] == torch.cuda.device_count()
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", env["date"])
+
+
+def test_the_report_keeps_each_points_machine_apart_from_the_merging_one(tmp_path, monkeypatch):
+    """Merged elsewhere, the report still names the points' machine, in scaling.json and scaling.md,
+    and the merging machine only as the one that wrote the report."""
+    points = tmp_path / "points"
+    points.mkdir()
+    base = dict(model="m", layers=2, precision="bf16", layout="dp1xep1", gpus=1, steps_timed=5,
+                tokens_per_s=100.0, tokens_per_s_per_gpu=100.0, tflops_per_gpu=1.0, mfu=0.1, peak_mem_gb=1.0,
+                first_loss=4.0, last_loss=3.0, wall_s=10.0)
+    ran_on = {"gpu": "NVIDIA H200", "gpu_count": 2, "torch": "2.11.0+cu130", "transformer_engine": "2.20.2",
+              "date": "2026-12-01"}
+    (points / "a.json").write_text(json.dumps({**base, "environment": ran_on}))
+    (points / "b.json").write_text(json.dumps({**base, "layout": "dp1xep2", "gpus": 2, "environment": ran_on}))
+    (points / "c.json").write_text(json.dumps({**base, "layout": "dp2xep1", "gpus": 2}))  # an older point
+    merging = {"gpu": "Merging GPU", "torch": "9.9", "transformer_engine": None, "date": "2027-01-01"}
+    monkeypatch.setattr(scaling, "environment", lambda: dict(merging))
+    assert scaling.main(["report", str(points), "--out", str(tmp_path / "o")]) == 0
+    report = json.loads((tmp_path / "o" / "scaling.json").read_text())
+    assert report["run_environments"] == [ran_on] and report["report_written_on"] == merging
+    assert "environment" not in report
+    md = (tmp_path / "o" / "scaling.md").read_text()
+    assert "NVIDIA H200 (2 visible), torch 2.11.0+cu130, Transformer Engine 2.20.2, 2026-12-01: 2 points" in md
+    assert "not recorded: 1 point" in md and "Merging GPU" not in md and "9.9" not in md
