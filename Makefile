@@ -59,7 +59,7 @@ data-corpus: install
 	$(PY) scripts/fetch_corpus.py
 
 # The corpus of `make data-corpus` packed into data/large/corpus.store (UCSC .2bit shards and
-# compressed soft-mask runs, 0.258 bytes/base, sha256 per shard, each file's species, strain and
+# compressed soft-mask runs, sha256 per shard, each file's species, strain and
 # split recorded): train on it with --data.fasta data/large/corpus.store (docs/corpus.md). All splits are stored, so the held-out
 # files of configs/pretrain-corpus.yaml (data.test_files) are there too; STORE_SPLITS="--split train"
 # stores the train split only.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bench.docs_tables.report import DATES_NOT_IN_FILE, Report
 from bench.records import HF_STRONGEST, BenchRecord
 
 
@@ -66,3 +67,16 @@ def hf_configurations_run(records: list[BenchRecord]) -> str:
         return text
     return (text + f"; not run: {', '.join(f'`{c}`' for c in missing)}, so these ratios are not against "
             "the fastest HF configuration and await re-measurement")
+
+
+def dated(rep: Report) -> str:
+    """The file's date, saying where it comes from when the file records none."""
+    if rep.path in DATES_NOT_IN_FILE and not rep.data.get("date") and not rep.data.get("environment", {}).get("date"):
+        return f"{rep.date} (the day the file was committed; it records no date)"
+    return rep.date
+
+
+def bold_lowest(values: list[float], digits: int = 4) -> list[str]:
+    """Each value to ``digits`` places, the lowest in bold (bits per base: lower is better)."""
+    low = min(values)
+    return [f"**{v:.{digits}f}**" if v == low else f"{v:.{digits}f}" for v in values]

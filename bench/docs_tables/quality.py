@@ -7,9 +7,9 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from bench.docs_tables.cells import table
+from bench.docs_tables.cells import bold_lowest, dated, table
 from bench.docs_tables.experts import EXPERT_VARIANTS
-from bench.docs_tables.report import DATES_NOT_IN_FILE, DocsTableError, Report, Table
+from bench.docs_tables.report import DocsTableError, Report, Table
 
 
 RUNS = "results/quality/run-summaries/"
@@ -78,18 +78,6 @@ def _get(rep: Report, *keys: str | int) -> Any:
     return value
 
 
-def _dated(rep: Report) -> str:
-    """The file's date, saying where it comes from when the file records none."""
-    if rep.path in DATES_NOT_IN_FILE and not rep.data.get("date") and not rep.data.get("environment", {}).get("date"):
-        return f"{rep.date} (the day the file was committed; it records no date)"
-    return rep.date
-
-
-def _bold_lowest(values: list[float], digits: int = 4) -> list[str]:
-    low = min(values)
-    return [f"**{v:.{digits}f}**" if v == low else f"{v:.{digits}f}" for v in values]
-
-
 def _files(reports: list[Report]) -> str:
     return "Files: " + ", ".join(f"`{rep.path}`" for rep in reports) + "."
 
@@ -116,14 +104,14 @@ def markov_orders(reports: list[Report]) -> str:
         if sorted(by_order) != orders:
             raise DocsTableError(f"{rep.path}: orders {sorted(by_order)}, not {reports[0].path}'s {orders}")
         strands = "both strands counted" if _get(rep, "reverse_complement") else "forward strand only (`--no-rc`)"
-        rows.append([f"bits/base, {strands}", *_bold_lowest([by_order[k] for k in orders])])
+        rows.append([f"bits/base, {strands}", *bold_lowest([by_order[k] for k in orders])])
     lines = table(["order k", *map(str, orders)], rows)
     lines[1] = "|" + "---|" * (len(orders) + 1)
     first = reports[0]
     held_out = _get(first, "val_fraction")
     seconds = " and ".join(f"{_get(rep, 'seconds'):.0f} s" for rep in reports)
     runs = "One run" if len(reports) == 1 else "One run each"
-    dates = "; ".join(dict.fromkeys(_dated(rep) for rep in reports))
+    dates = "; ".join(dict.fromkeys(dated(rep) for rep in reports))
     lines += ["", f"Order-k Markov models, add-α smoothing α = {_get(first, 'alpha'):g}, fitted on the first "
               f"{100 * (1 - held_out):.0f} % of the chromosome and scored on the last {100 * held_out:.0f} %: "
               f"{_get(first, 'rows', 0, 'positions'):,} held-out bases in windows of {_get(first, 'seq_length'):,}. "
@@ -157,14 +145,14 @@ def repeat_expert(reports: list[Report], labels: tuple[str, ...]) -> str:
         except (KeyError, ValueError) as err:
             raise DocsTableError(f"{run.path}: no {err} for the label {label!r}") from None
         rows.append([name, *_repeat_cells(rescore, k)])
-    mixed = _bold_lowest([row[2] for row in rows])
+    mixed = bold_lowest([row[2] for row in rows])
     rows = [[row[0], f"{row[1]:.4f}", cell, row[3]] for row, cell in zip(rows, mixed)]
     lines = table(["base model", "alone", "mixed with the repeat expert", f"held-out bases after a training {k}-mer"],
                   rows)
     lines[1] = "| --- | ---: | ---: | ---: |"
     lines += ["", f"Held-out bits/base on the last 10 % of *E. coli* 536 ({_get(markov, 'positions'):,} bases); "
               f"repeat expert k = {k}, switch {_get(markov, 'switch'):g}, smoothing {_get(markov, 'smoothing'):g}. "
-              f"Markov row: `cli.py repeat-mix` on a CPU, one run, {_dated(markov)}. Network rows: `repeat-mix --ckpt` "
+              f"Markov row: `cli.py repeat-mix` on a CPU, one run, {dated(markov)}. Network rows: `repeat-mix --ckpt` "
               "re-scores of each run's final checkpoint outside Lightning (the re-score files record no machine "
               f"or date); the runs trained on {_distinct(runs, 'hardware')}; {_distinct(runs, 'date')}; "
               f"{_distinct(runs, 'software')}. " + _files(reports)]
@@ -186,15 +174,15 @@ def repeat_copies(reports: list[Report], label: str) -> str:
                    last["val/repeat_copy_mix_bits_per_base"]]
     except KeyError as err:
         raise DocsTableError(f"{run.path}: its last validation logged no {err}") from None
-    rows = [[_get(exact, "base"), *_bold_lowest([_get(exact, "base_bits_per_base"), _get(exact, "mixed_bits_per_base"),
+    rows = [[_get(exact, "base"), *bold_lowest([_get(exact, "base_bits_per_base"), _get(exact, "mixed_bits_per_base"),
                                                  _get(copies, "mixed_bits_per_base")])],
-            [label.format(step=f"{_get(run, 'last', 'step'):,}"), *_bold_lowest(network)]]
+            [label.format(step=f"{_get(run, 'last', 'step'):,}"), *bold_lowest(network)]]
     lines = table(["base model", "alone", "exact matches", "following copies too"], rows)
     lines[1] = "| --- | ---: | ---: | ---: |"
     lines += ["", f"Held-out bits/base on the last 10 % of *E. coli* 536 ({_get(exact, 'positions'):,} bases); repeat "
               f"expert k = {_get(exact, 'k')}, switch {_get(exact, 'switch'):g}, smoothing "
               f"{_get(exact, 'smoothing'):g}. Markov row: `cli.py repeat-mix` on a CPU, one run each, "
-              f"{_dated(exact)}. Network row: the run's last validation in Lightning ({_get(run, 'note')}); "
+              f"{dated(exact)}. Network row: the run's last validation in Lightning ({_get(run, 'note')}); "
               f"{_get(run, 'hardware')}, {_get(run, 'date')}; {_get(run, 'software')}. " + _files(reports)]
     return "\n".join(lines) + "\n"
 
@@ -245,7 +233,7 @@ def corpus_side_by_side(reports: list[Report]) -> str:
     lines[1] = "| --- | ---: | ---: | ---: | ---: | ---: |"
     lines += ["", "Mean held-out bits/base over the genomes of each group at each run's last validation (a run "
               "stopped by the time limit ends earlier), then the longer runs again at the last validation "
-              f"every run reached. One run each: {_get(rep, 'machine')}; {_dated(rep)}. Tokens/s: the median of "
+              f"every run reached. One run each: {_get(rep, 'machine')}; {dated(rep)}. Tokens/s: the median of "
               "each fit's logged training rate while the fits shared the GPU. File: "
               f"`{rep.path}` (command in `summary.md` beside it)."]
     return "\n".join(lines) + "\n"
@@ -262,9 +250,9 @@ def corpus_study(reports: list[Report]) -> str:
     for c in contenders:
         if not c.get("seconds"):
             raise DocsTableError(f"{rep.path}: contender {c['name']} logged no training seconds")
-    columns = [_bold_lowest([c["curve"][g][-1][1] for c in contenders]) for g in GROUPS]
+    columns = [bold_lowest([c["curve"][g][-1][1] for c in contenders]) for g in GROUPS]
     lowest = [min(c["curve"]["held-out species"], key=lambda p: (p[1], p[0])) for c in contenders]
-    lowest_cells = _bold_lowest([v for _, v in lowest])
+    lowest_cells = bold_lowest([v for _, v in lowest])
     rows = [[_variant(c["name"], EXPERT_VARIANTS), *(col[i] for col in columns),
              f"{lowest_cells[i]} ({lowest[i][0] / 1e6:.0f}M)", f"{c['tokens_per_s'] / 1e3:,.0f}k",
              f"{c['seconds'][-1][1] / 60:.1f} min"] for i, c in enumerate(contenders)]
@@ -272,7 +260,7 @@ def corpus_study(reports: list[Report]) -> str:
     lines[1] = "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     lines += ["", f"Mean held-out bits/base over the genomes of each group at {budgets.pop() / 1e6:.0f}M tokens, the "
               "last validation; lowest: the lowest held-out-species validation and its tokens; the lowest of "
-              f"each column in bold. One run each, each model alone on one {_get(rep, 'machine')}, {_dated(rep)}. "
+              f"each column in bold. One run each, each model alone on one {_get(rep, 'machine')}, {dated(rep)}. "
               "Tokens/s: the median of the fit's logged training rate; training GPU time: the fit's own "
               "`train/seconds` at its last validation (validation left out). File: "
               f"`{rep.path}` (command, tokens and GPU time to reach dense, rising curves and power-law fits in "
@@ -315,7 +303,7 @@ def study_mutations(reports: list[Report]) -> str:
               f"windows of {_get(first, 'window'):,}; SNVs "
               f"synonymous/missense/stop-gain: {counts}. The Markov chain is fitted on each scored genome itself "
               f"({_get(first, 'markov_fit')}). One run each, scored on {MUTATIONS_MACHINE} (named "
-              "in `mutations.md` beside the files; they record no machine), " + _dated(first) + ". " + _files(reports)]
+              "in `mutations.md` beside the files; they record no machine), " + dated(first) + ". " + _files(reports)]
     return "\n".join(lines) + "\n"
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bench.docs_tables.cells import table
-from bench.docs_tables.report import DATES_NOT_IN_FILE, DocsTableError, Report, Table
+from bench.docs_tables.cells import bold_lowest, dated, table
+from bench.docs_tables.report import DocsTableError, Report, Table
 
 SUMMARY = "results/recipes/summary.json"
 PACKING = "results/corpus/packing-fill.json"
@@ -43,22 +43,10 @@ def curve(rep: Report, *keys: str) -> dict[int, float]:
         raise DocsTableError(f"{rep.path}: '{'.'.join(keys)}' is not a curve of step: value") from None
 
 
-def dated(rep: Report) -> str:
-    """The run's date, saying where it comes from when the file does not record one."""
-    if rep.path in DATES_NOT_IN_FILE and not rep.data.get("date") and not rep.data.get("environment", {}).get("date"):
-        return f"{rep.date} (the day the file was committed; it records no date)"
-    return rep.date
-
-
 def strain(label: str) -> str:
     """``hpylori_sjm180`` as ``*H. pylori* SJM180``."""
     species, _, name = label.partition("_")
     return f"{SPECIES.get(species, species)} {name.upper()}" if name else label
-
-
-def bold_lowest(values: list[float], digits: int = 4) -> list[str]:
-    low = min(values)
-    return [f"**{v:.{digits}f}**" if v == low else f"{v:.{digits}f}" for v in values]
 
 
 def summary_footer(rep: Report, what: str, keys: str) -> str:

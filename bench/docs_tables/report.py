@@ -45,8 +45,8 @@ DATES_NOT_IN_FILE = {
     "results/bench/compiled-adamw/optimizer-step.json": "2026-12-04",
     "results/scaling/mixtral-1gpu-strategy-overhead/without-fsdp-at-one-gpu/scaling.json": "2026-12-01",
 }
-"""Reports written before the bench recorded the date: the day of the commit that added each one
-(its folder's README says the same). A report that records ``environment.date`` is read instead."""
+"""Reports written before the bench recorded the date: the day of the commit that first added each
+one, which the rendered footer says. A report that records ``environment.date`` is read instead."""
 
 
 class DocsTableError(Exception):
