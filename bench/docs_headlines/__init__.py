@@ -1,0 +1,30 @@
+"""Headline figures quoted in the prose of README.md and docs/, each tied to the results file it
+comes from: ``python -m bench.docs_tables --check`` (and the CPU test suite) fails when a quote is
+gone from its document or disagrees with its file. One module per document holds its headlines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.docs_headlines import benchmarks, quality, readme, recipes, scaling
+from bench.docs_headlines.core import ROOT, Headline, HeadlineSourceError, read_json
+
+__all__ = ["HEADLINES", "ROOT", "Headline", "HeadlineSourceError", "headline_problems", "read_json"]
+
+HEADLINES: tuple[Headline, ...] = (
+    *readme.HEADLINES, *benchmarks.HEADLINES, *quality.HEADLINES, *recipes.HEADLINES, *scaling.HEADLINES,
+)
+
+
+def headline_problems(root: Path = ROOT) -> list[str]:
+    """One line for every headline whose quote is missing from its document or disagrees with its file."""
+    problems = []
+    for h in HEADLINES:
+        text = (root / h.document).read_text()
+        if h.quote not in text:
+            problems.append(f"{h.document}: no longer quotes {h.quote!r} (update HEADLINES)")
+            continue
+        value = h.value(read_json(h.source, root))
+        if value not in h.quote:
+            problems.append(f"{h.document}: {h.quote!r} but {h.source} gives {value}")
+    return problems
