@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.docs_headlines import benchmarks, quality, readme, recipes, scaling
+from bench.docs_headlines import benchmarks, commands, corpus, gpus, mutations, quality, readme, recipes, scaling
 from bench.docs_headlines.core import ROOT, Headline, HeadlineSourceError, read_json
 
 __all__ = ["HEADLINES", "ROOT", "Headline", "HeadlineSourceError", "headline_problems", "read_json"]
 
 HEADLINES: tuple[Headline, ...] = (
     *readme.HEADLINES, *benchmarks.HEADLINES, *quality.HEADLINES, *recipes.HEADLINES, *scaling.HEADLINES,
+    *gpus.HEADLINES, *mutations.HEADLINES, *commands.HEADLINES, *corpus.HEADLINES,
 )
 
 

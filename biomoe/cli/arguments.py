@@ -97,7 +97,7 @@ def add_runtime_options(parser: argparse.ArgumentParser) -> None:
         group.add_argument("--" + name.replace("_", "-"), default=None, choices=choices,
                            help="auto | loop | grouped | te | te_fused" if choices is None else None)
     group.add_argument("--compile", action="store_true", default=None,
-                       help="torch.compile each block: faster on long inputs, after a compile of tens of seconds")
+                       help="torch.compile each block: faster on long inputs, after a compile at the first batch")
 
 
 def runtime_overrides(args: argparse.Namespace) -> dict[str, str | bool]:

@@ -36,14 +36,12 @@ OUTPUT_NAMES = ("mutations.tsv", "summary.json", "summary.md", "roc.png")
 GPU_CODONS = 2000
 CPU_CODONS = 100
 CPU_WINDOW = 256
-"""CPU defaults (``--codons``, ``--window``). Measured with a model of the ``genome`` recipe's size
-(107M parameters, fp32): a CPU scores about 5,000 tokens/s with 8 threads whatever the window. When
-each SNV was scored as two whole windows (4/3 of a window each, the reference shared by a base's three
-alternatives) that was 3.3 SNVs/s at 1,024-base windows and 15 SNVs/s at 256, so 100 codons (900
-SNVs) took about a minute (45 s with 16 threads, 95 s with 4). A codon's nine SNVs now share one
-reference window and each continues it from the codon on (about 0.6 of a window per SNV): the
-default run on the lambda genome took 68 s with 2 threads, against 146 s before. A window of 256 still
-gives every variant 128 bases on each side."""
+"""CPU defaults (``--codons``, ``--window``): a CPU scores a model of the ``genome`` recipe's size
+(fp32) at a rate set by tokens, not by the window, so a short window and a small sample keep a
+default run to minutes. A codon's nine SNVs share one reference window and each continues it from
+the codon on (a fraction of a window per SNV); the command reports its own SNVs/s and, on a CPU,
+how long the whole run will take after its first SNVs. A window of 256 still gives every variant
+128 bases on each side."""
 FIRST_SNVS = 64
 """SNVs scored before the others on a CPU, to time them and say how long the whole run takes."""
 AUROC_LEGEND = ("AUROC: the chance that a damaging SNV (stop-gain, missense) gets a lower log-likelihood ratio "
@@ -60,7 +58,7 @@ def _parser() -> CommandParser:
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.add_argument("--codons", type=positive_int, default=None,
                         help=f"codons sampled per genome, 9 SNVs each (default {GPU_CODONS} on a GPU, "
-                             f"{CPU_CODONS} on a CPU, where each SNV is slow to score; timings in docs/mutations.md)")
+                             f"{CPU_CODONS} on a CPU, where each SNV is slow to score)")
     parser.add_argument("--table", type=int, default=11, help="NCBI translation table (default 11)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the codon sample")
     parser.add_argument("--markov-order", type=int, default=6, help="order of the Markov baseline (default 6)")

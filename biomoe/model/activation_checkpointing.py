@@ -32,8 +32,8 @@ RECOMPUTE_UNSAFE_PRECISIONS = ("fp8-delayed",)
 def check_precision_for_checkpointing(precision: str) -> None:
     """One-line error for a recipe the recomputation did not reproduce on the GPU.
 
-    Measured on a Hopper GPU (tests/gpu/test_te.py, one step, Hopper's default ``te_fused``
-    experts; the figure is in docs/gpus.md): with fp8-delayed the embedding gradient under
+    Checked on a Hopper GPU (tests/gpu/test_te.py, one step, Hopper's default ``te_fused``
+    experts): with fp8-delayed the embedding gradient under
     checkpointing did not match the same step without it, while fp8-block matched. The likely
     cause: delayed scaling updates its scales when the forward's ``te.autocast`` exits; TE's base
     modules restore the forward's scales for the recomputation, but the ``te.ops`` path may not,

@@ -10,11 +10,12 @@ from typing import Any, Callable
 
 import pytest
 
-from bench.docs_headlines import (HEADLINES, ROOT, Headline, HeadlineSourceError, benchmarks, headline_problems,
-                                  quality, readme, recipes, scaling)
+from bench.docs_headlines import (HEADLINES, ROOT, Headline, HeadlineSourceError, benchmarks, commands, corpus, gpus,
+                                  headline_problems, mutations, quality, readme, recipes, scaling)
 
 MODULES = {"README.md": readme, "docs/benchmarks.md": benchmarks, "docs/quality.md": quality,
-           "docs/recipes.md": recipes, "docs/scaling.md": scaling}
+           "docs/recipes.md": recipes, "docs/scaling.md": scaling, "docs/gpus.md": gpus,
+           "docs/mutations.md": mutations, "docs/commands.md": commands, "docs/corpus.md": corpus}
 
 
 @pytest.fixture

@@ -110,7 +110,7 @@ def check_accelerator(accelerator: Any) -> None:
 
 GPU_PRECISIONS = frozenset({"bf16-mixed", "bf16-true", "bf16", "16-mixed", "16-true", "16"})
 """``trainer.precision`` values that are fast only where hardware computes in 16 bits (GPUs): a CPU
-emulates them, and a recipe's bf16-mixed step ran about 18 times slower there than in 32-true."""
+emulates them, so a recipe's bf16-mixed step runs many times slower there than in 32-true."""
 
 CPU_PRECISION = "32-true"
 

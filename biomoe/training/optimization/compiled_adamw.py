@@ -76,9 +76,9 @@ class CompiledAdamWWithMasterWeights(AdamWWithMasterWeights):
     """:class:`~biomoe.training.optimization.master_adamw.AdamWWithMasterWeights` whose update is
     :func:`master_adamw_update_`, compiled by ``torch.compile`` on a CUDA device (eager elsewhere).
 
-    Compilation happens at the first step, once per parameter group (tens of seconds for a large
-    model; logged), and again only if a group's tensors change shape or dtype. Sharded (DTensor)
-    parameters are updated through their local shards: the update is elementwise."""
+    Compilation happens at the first step, once per parameter group (logged), and again only if a
+    group's tensors change shape or dtype. Sharded (DTensor) parameters are updated through their
+    local shards: the update is elementwise."""
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, *, master_storage: str = "fp32",
