@@ -3,12 +3,12 @@ value, a reworded quote or a missing file is reported, on copies of the document
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+
+from tests.helpers.repo_copy import copy_of, edit_json
 
 from bench.docs_headlines import (HEADLINES, ROOT, Headline, HeadlineSourceError, benchmarks, commands, corpus, gpus,
                                   headline_problems, mutations, quality, readme, recipes, scaling)
@@ -21,18 +21,8 @@ MODULES = {"README.md": readme, "docs/benchmarks.md": benchmarks, "docs/quality.
 @pytest.fixture
 def copy_of_repo(tmp_path: Path) -> Path:
     """README, docs and every file a headline reads, copied: the checks run on files they may change."""
-    for path in ["README.md", "docs", *{h.source for h in HEADLINES}]:
-        src, dst = ROOT / path, tmp_path / path
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
-    return tmp_path
+    return copy_of(["README.md", "docs", *{h.source for h in HEADLINES}], tmp_path)
 
-
-def edit_json(root: Path, path: str, change: Callable[[Any], None]) -> None:
-    file = root / path
-    data = json.loads(file.read_text())
-    change(data)
-    file.write_text(json.dumps(data))
 
 
 def headline(quote: str) -> Headline:

@@ -4,10 +4,11 @@ headline figures quoted in prose are what their files hold (``make docs-tables``
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.repo_copy import copy_of
 
 from bench import docs_tables
 from bench.docs_headlines import HEADLINES, headline_problems
@@ -67,14 +68,10 @@ def test_each_rendered_table_names_its_machine_date_and_files():
 
 
 @pytest.fixture
-def copy_of_repo(tmp_path):
+def copy_of_repo(tmp_path: Path) -> Path:
     """README, docs and the results the tables read, copied: the checks run on files they may change."""
-    for path in ["README.md", "docs", *{s for t in TABLES.values() for s in t.sources},
-                 *{h.source for h in HEADLINES}]:
-        src, dst = ROOT / path, tmp_path / path
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
-    return tmp_path
+    return copy_of(["README.md", "docs", *{s for t in TABLES.values() for s in t.sources},
+                    *{h.source for h in HEADLINES}], tmp_path)
 
 
 def test_a_table_edited_by_hand_or_a_changed_file_is_caught(copy_of_repo):

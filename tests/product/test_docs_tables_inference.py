@@ -3,30 +3,21 @@ that is not an inference report is one line naming it."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.repo_copy import copy_of, edit_json
+
 from bench import docs_tables
 from bench.docs_tables import TABLES, DocsTableError
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def results_copy(tmp_path: Path) -> Path:
-    for source in TABLES["inference-in-process"].sources:
-        (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / source, tmp_path / source)
-    return tmp_path
+    return copy_of(TABLES["inference-in-process"].sources, tmp_path)
 
-
-def _edit(root: Path, source: str, change) -> None:
-    data = json.loads((root / source).read_text())
-    change(data)
-    (root / source).write_text(json.dumps(data))
 
 
 def test_the_in_process_table_follows_its_file(results_copy: Path) -> None:
@@ -38,7 +29,7 @@ def test_the_in_process_table_follows_its_file(results_copy: Path) -> None:
         row = next(r for r in data["records"] if r["task"] == "score-fasta" and r["contender"] == "biomoe")
         row["wall_rate"] /= 2
 
-    _edit(results_copy, source, halve_wall)
+    edit_json(results_copy, source, halve_wall)
     after = docs_tables.render("inference-in-process", results_copy)
     assert "| genome | score-fasta | 0.69 Mbp/s | 2.19 Mbp/s |" in after
     assert "0.56×" in after  # the wall ratio follows the changed rate; the compute ratio does not
@@ -55,6 +46,6 @@ def test_the_in_process_table_says_it_is_a_diagnostic_and_names_every_file(resul
 
 def test_a_file_without_measured_records_is_one_line_naming_it(results_copy: Path) -> None:
     source = "results/bench/inference/dna-small-more.json"
-    _edit(results_copy, source, lambda data: data.update(records=[]))
+    edit_json(results_copy, source, lambda data: data.update(records=[]))
     with pytest.raises(DocsTableError, match="dna-small-more.json: not an inference report"):
         docs_tables.render("inference-in-process", results_copy)

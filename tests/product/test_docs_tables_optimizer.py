@@ -4,32 +4,23 @@ row is a one-line error naming its file, and no ratio crosses two runs."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
+from tests.helpers.repo_copy import ROOT, copy_of, edit_json
+
 from bench.docs_tables import DocsTableError, render
 from bench.docs_tables import optimizer as opt
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
     """A copy of every results file the optimizer tables read, free to change."""
-    for path in {s for t in opt.TABLES.values() for s in t.sources}:
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / path, tmp_path / path)
-    return tmp_path
+    return copy_of({s for t in opt.TABLES.values() for s in t.sources}, tmp_path)
 
-
-def edit(root: Path, path: str, change: Callable[[dict[str, Any]], None]) -> None:
-    file = root / path
-    data = json.loads(file.read_text())
-    change(data)
-    file.write_text(json.dumps(data))
 
 
 def records(data: dict[str, Any], tokens: int, contender: str) -> list[dict[str, Any]]:
@@ -52,7 +43,7 @@ def test_each_storage_row_is_against_the_hf_row_of_its_own_file(results):
     text = render("optimizer-master-storage", results)
     assert "| 82.7k (1.07×) | 53.6 (1.81×) | 52.3k (0.84×) | 46.1 (2.03×) | `sweep/mixtral.json` |" in text
     assert "| 80.0k (1.04×) | 48.1 (1.63×) |" in row(text, "| `master_storage: remainder`")
-    edit(results, opt.SWEEP_MIXTRAL, scale(16384, "hf-bf16-fused", 2))
+    edit_json(results, opt.SWEEP_MIXTRAL, scale(16384, "hf-bf16-fused", 2))
     text = render("optimizer-master-storage", results)
     assert "82.7k (0.54×)" in row(text, "| full fp32 master")
     assert "80.0k (1.04×)" in row(text, "| `master_storage: remainder`")  # the other file's HF did not move
@@ -61,7 +52,7 @@ def test_each_storage_row_is_against_the_hf_row_of_its_own_file(results):
 def test_the_strategy_row_is_against_the_same_fit_of_its_run(results):
     text = render("optimizer-master-storage-strategy", results)
     assert "79.0k (1.03×; 98.7 % of the fit without it)" in text
-    edit(results, opt.STORAGE, scale(4096, "biomoe-cli-ep", 0.5))
+    edit_json(results, opt.STORAGE, scale(4096, "biomoe-cli-ep", 0.5))
     assert "22.9k (0.36×; 48.6 % of the fit without it)" in render("optimizer-master-storage-strategy", results)
 
 
@@ -73,8 +64,8 @@ def test_the_compiled_fit_reads_its_run_counts_and_spread_from_the_files(results
     def one_run(data: dict[str, Any]) -> None:
         for r in data["records"]:
             r["runs"] = r["runs"][:1]
-    edit(results, opt.COMPILED_4K, one_run)
-    edit(results, opt.COMPILED_16K, scale(16384, "biomoe-cli-compiled-all", 1.1))
+    edit_json(results, opt.COMPILED_4K, one_run)
+    edit_json(results, opt.COMPILED_16K, scale(16384, "biomoe-cli-compiled-all", 1.1))
     text = render("optimizer-compiled-fit", results)
     assert "1 run (of 3 asked) per row at 4,096 tokens" in text
     assert "| 109.8k | 1.38× | 52.0 |" in row(text, "| `backend: compiled` and")
@@ -85,7 +76,7 @@ def test_the_compiled_fit_reads_its_run_counts_and_spread_from_the_files(results
 def test_a_missing_baseline_is_one_line_naming_the_file(results):
     def drop_hf(data: dict[str, Any]) -> None:
         data["records"] = [r for r in data["records"] if r["contender"] != "hf-bf16-fused"]
-    edit(results, opt.COMPILED_4K, drop_hf)
+    edit_json(results, opt.COMPILED_4K, drop_hf)
     with pytest.raises(DocsTableError, match=r"^results/bench/compiled-adamw/mixtral-4k.json: no measured "
                                              r"mixtral-2layer@4096/hf-bf16-fused/bf16 row$"):
         render("optimizer-compiled-fit", results)
@@ -98,9 +89,9 @@ def test_the_optimizer_step_table_shows_both_runs_of_the_file(results):
 
     def slower(data: dict[str, Any]) -> None:
         data["runs"][0]["rows"][-1].update(ms=30.0, tb_per_s=2.71)
-    edit(results, opt.OPTIMIZER_STEP, slower)
+    edit_json(results, opt.OPTIMIZER_STEP, slower)
     assert "| 28 | 30.00 (20.09–20.78) | 2.71 |" in render("optimizer-step", results)
-    edit(results, opt.OPTIMIZER_STEP, lambda data: data.pop("runs"))
+    edit_json(results, opt.OPTIMIZER_STEP, lambda data: data.pop("runs"))
     with pytest.raises(DocsTableError, match=r"^results/bench/compiled-adamw/optimizer-step.json: not an "
                                              r"optimizer-step report \(no 'runs'\)$"):
         render("optimizer-step", results)
@@ -116,9 +107,9 @@ def test_the_loop_profile_is_read_from_the_profiler_table_in_the_report(results)
     def twice_the_total(data: dict[str, Any]) -> None:
         data["profiles"]["biomoe-loop"] = data["profiles"]["biomoe-loop"].replace(
             "Self CUDA time total: 509.830ms", "Self CUDA time total: 1.020s")
-    edit(results, opt.STORAGE, twice_the_total)
+    edit_json(results, opt.STORAGE, twice_the_total)
     assert "| 102.1 | 30 % |" in row(render("optimizer-loop-profile", results), "| expert grouped GEMMs")
-    edit(results, opt.STORAGE, lambda data: data.pop("profiles"))
+    edit_json(results, opt.STORAGE, lambda data: data.pop("profiles"))
     with pytest.raises(DocsTableError, match=r"^results/bench/optimizer-storage/bench.json: no biomoe-loop profile"):
         render("optimizer-loop-profile", results)
 
@@ -128,15 +119,15 @@ def test_the_goals_are_measured_inside_each_file(results):
     assert "13 % (mixtral 4,096)" in row(text, "| fp32 master weights")
     assert "(medians): not met in the medians" in row(text, "| dna-small")
     assert "92 % (47.8k against 52.1k" in row(text, "| `ExpertParallelStrategy`")
-    edit(results, opt.SINGLE_RUN, scale(4096, "biomoe-cli-nomaster", 2))
+    edit_json(results, opt.SINGLE_RUN, scale(4096, "biomoe-cli-nomaster", 2))
     for path in (opt.SWEEP_SMALL, opt.RECIPES):
-        edit(results, path, scale(16384, "biomoe-cli", 2))
+        edit_json(results, path, scale(16384, "biomoe-cli", 2))
     text = render("bench-goals", results)
     assert "57 % (mixtral 4,096)" in row(text, "| fp32 master weights")
     assert "sweep: 2.18×, recipes run: 2.53× (medians): met in the medians" in row(text, "| dna-small")
 
     def no_strategy_fit(data: dict[str, Any]) -> None:
         data["results"] = [r for r in data["results"] if r["layout"] != "dp1xep1"]
-    edit(results, opt.STRATEGY_ONE_GPU, no_strategy_fit)
+    edit_json(results, opt.STRATEGY_ONE_GPU, no_strategy_fit)
     with pytest.raises(DocsTableError, match=rf"^{opt.STRATEGY_ONE_GPU}: no dp1xep1 result$"):
         render("bench-goals", results)

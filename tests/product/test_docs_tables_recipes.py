@@ -3,34 +3,25 @@ file without a value the table needs is one line naming the file and the key."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
+from tests.helpers.repo_copy import copy_of, edit_json
+
 from bench import docs_tables
 from bench.docs_tables import TABLES, DocsTableError
 from bench.docs_tables.recipes import PACKING, SUMMARY, kilobases, strain
 
-ROOT = Path(__file__).resolve().parents[2]
 RECIPE_TABLES = ("recipes-genome", "recipes-genome-curves", "recipes-moe-vs-dense", "recipes-held-out",
                  "corpus-packing")
 
 
 @pytest.fixture
 def results_copy(tmp_path: Path) -> Path:
-    for source in {s for name in RECIPE_TABLES for s in TABLES[name].sources}:
-        (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / source, tmp_path / source)
-    return tmp_path
+    return copy_of({s for name in RECIPE_TABLES for s in TABLES[name].sources}, tmp_path)
 
-
-def _edit(root: Path, source: str, change: Callable[[dict[str, Any]], None]) -> None:
-    data = json.loads((root / source).read_text())
-    change(data)
-    (root / source).write_text(json.dumps(data))
 
 
 def _row(text: str, start: str) -> str:
@@ -44,7 +35,7 @@ def test_the_genome_recipe_table_follows_its_file(results_copy: Path) -> None:
 
     def better(data: dict[str, Any]) -> None:
         data["genome_recipe"]["hpylori_sjm180"]["kept_checkpoint"]["bits_per_base"] = 1.7
-    _edit(results_copy, SUMMARY, better)
+    edit_json(results_copy, SUMMARY, better)
     after = docs_tables.render("recipes-genome", results_copy)
     assert "step 1,212, **1.7000** | 1.7386 | 1.8317 | **0.132** |" in _row(after, "| *H. pylori* SJM180")
     assert _row(after, "| *S. aureus* RF122") == _row(before, "| *S. aureus* RF122")
@@ -56,7 +47,7 @@ def test_the_lowest_validation_of_a_curve_is_the_bold_one(results_copy: Path) ->
 
     def dip(data: dict[str, Any]) -> None:
         data["genome_recipe"]["hpylori_sjm180"]["validation"]["606"] = 1.7
-    _edit(results_copy, SUMMARY, dip)
+    edit_json(results_copy, SUMMARY, dip)
     after = _row(docs_tables.render("recipes-genome-curves", results_copy), "| bits/base | 1.9649")
     assert "| **1.7000** |" in after and after.endswith("| 1.7400 | 1.7386 |")
 
@@ -71,7 +62,7 @@ def test_moe_against_dense_reads_the_last_validation_of_each_run(results_copy: P
         last = dict(data["pretraining"]["dense"]["validation"]["924"])
         last["val/hpylori_els37/bits_per_base"] = 1.7
         data["pretraining"]["dense"]["validation"]["1008"] = last
-    _edit(results_copy, SUMMARY, one_more_validation)
+    edit_json(results_copy, SUMMARY, one_more_validation)
     after = docs_tables.render("recipes-moe-vs-dense", results_copy)
     assert "| MoE (step 924) | dense (step 1,008) |" in after
     assert _row(after, "| hpylori_els37") == "| hpylori_els37 | 1.7891 | 1.7000 | +0.0891 |"
@@ -84,7 +75,7 @@ def test_the_held_out_table_reads_the_last_point_of_each_curve(results_copy: Pat
 
     def dense_best(data: dict[str, Any]) -> None:
         data["held_out"]["ecoli_dh1"]["zero_shot_dense"] = 1.85
-    _edit(results_copy, SUMMARY, dense_best)
+    edit_json(results_copy, SUMMARY, dense_best)
     after = docs_tables.render("recipes-held-out", results_copy)
     assert _row(after, "| *E. coli* DH1") == "| *E. coli* DH1 | 1.9305 | 1.8872 | **1.8500** | 1.8803 | 2.0286 |"
 
@@ -95,7 +86,7 @@ def test_the_packing_table_follows_its_file(results_copy: Path) -> None:
 
     def emptier(data: dict[str, Any]) -> None:
         data["by_seq_length"]["131072"]["val_real_fraction"] = 0.9
-    _edit(results_copy, PACKING, emptier)
+    edit_json(results_copy, PACKING, emptier)
     assert _row(docs_tables.render("corpus-packing", results_copy), "| 131,072") == (
         "| 131,072 | 25 (881 kb) | 99.81 % | 90.00 % |")
 
@@ -103,7 +94,7 @@ def test_the_packing_table_follows_its_file(results_copy: Path) -> None:
 def test_a_date_the_file_does_not_record_says_where_it_comes_from(results_copy: Path) -> None:
     assert "2026-12-06 (the day the file was committed; it records no date)" in docs_tables.render(
         "corpus-packing", results_copy)
-    _edit(results_copy, PACKING, lambda data: data.update(date="2026-12-24"))
+    edit_json(results_copy, PACKING, lambda data: data.update(date="2026-12-24"))
     text = docs_tables.render("corpus-packing", results_copy)
     assert "CPU, Python 3.11.7, torch 2.13.0+cpu, 2026-12-24." in text and "committed" not in text
 
@@ -121,7 +112,7 @@ def test_a_date_the_file_does_not_record_says_where_it_comes_from(results_copy: 
 def test_a_missing_value_is_one_line_naming_the_file_and_key(results_copy: Path, name: str, source: str,
                                                              remove: Callable[[dict[str, Any]], Any],
                                                              message: str) -> None:
-    _edit(results_copy, source, remove)
+    edit_json(results_copy, source, remove)
     with pytest.raises(DocsTableError, match=message.replace(".", r"\.").replace("(", r"\(")) as err:
         docs_tables.render(name, results_copy)
     assert "\n" not in str(err.value)

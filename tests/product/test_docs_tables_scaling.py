@@ -6,32 +6,24 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+
+from tests.helpers.repo_copy import ROOT, copy_of, edit_json
 
 from bench import docs_tables
 from bench.docs_tables import TABLES, DocsTableError, Report
 from bench.docs_tables import scaling as scaling_tables
 
-ROOT = Path(__file__).resolve().parents[2]
 TWO, FOUR = scaling_tables.TWO_GPU, scaling_tables.FOUR_GPU
 
 
 @pytest.fixture
 def results_copy(tmp_path: Path) -> Path:
-    for source in (TWO, FOUR):
-        (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / source, tmp_path / source)
-    return tmp_path
+    return copy_of((TWO, FOUR), tmp_path)
 
-
-def _edit(root: Path, source: str, change: Callable[[dict[str, Any]], None]) -> None:
-    data = json.loads((root / source).read_text())
-    change(data)
-    (root / source).write_text(json.dumps(data))
 
 
 def _point(data: dict[str, Any], layers: int, precision: str, layout: str) -> dict[str, Any]:
@@ -52,7 +44,7 @@ def test_the_two_gpu_table_follows_its_file(results_copy: Path) -> None:
         point = _point(data, 2, "bf16", "dp1xep2")
         point["tokens_per_s_per_gpu"], point["efficiency"] = 30_000.0, 30_000.0 / 35_996.30859375
 
-    _edit(results_copy, TWO, slower_ep2)
+    edit_json(results_copy, TWO, slower_ep2)
     after = docs_tables.render("scaling-2gpu", results_copy)
     assert _row(after, "bf16") == "| bf16 | 53,113 | 35,996 | 30,000 (83 %) | 38,344 (107 %) |"
 
@@ -65,7 +57,7 @@ def test_the_four_gpu_table_shows_memory_sharing_and_missing_points(results_copy
     assert "† ran beside 3 other 1-GPU runs" in text and "‡ ran beside 1 other 2-GPU run" in text
     assert "15 or 40 timed steps" in text
 
-    _edit(results_copy, FOUR, lambda data: _point(data, 32, "fp8-block", "dp1xep4").update(peak_mem_gb=70.0))
+    edit_json(results_copy, FOUR, lambda data: _point(data, 32, "fp8-block", "dp1xep4").update(peak_mem_gb=70.0))
     assert "2,343 (70.0 GB)" in docs_tables.render("scaling-4gpu", results_copy)
 
 
@@ -95,7 +87,7 @@ def test_points_that_record_their_machine_are_read_and_the_merging_machine_is_no
             point["environment"] = dict(run_env)
         data["results"][0]["environment"]["date"] = "2027-01-04"
 
-    _edit(results_copy, TWO, recorded)
+    edit_json(results_copy, TWO, recorded)
     text = docs_tables.render("scaling-2gpu", results_copy)
     assert ("Machine, from each point's `environment`: NVIDIA H200 (2 visible), 2027-01-04 to 2027-01-05; "
             "torch 2.12.0+cu130, Transformer Engine 2.21.0.") in text
@@ -114,7 +106,7 @@ def test_a_report_of_unrecorded_points_without_notes_is_refused() -> None:
     (lambda data: data["results"][0].update(layout="dp4xep1"), "layout dp4xep1 has no column in this table"),
 ])
 def test_a_report_the_table_cannot_show_is_one_line_naming_it(results_copy: Path, change, fragment) -> None:
-    _edit(results_copy, TWO, change)
+    edit_json(results_copy, TWO, change)
     with pytest.raises(DocsTableError) as err:
         docs_tables.render("scaling-2gpu", results_copy)
     message = str(err.value)
