@@ -267,7 +267,7 @@ def markdown(contenders: list[Contender], command: str) -> str:
         ratios, gpu = [], []
         for g in HELD_OUT:
             target = at_tokens(dense, g, common) if dense is not None else None
-            tokens, seconds = _cost_ratios(c, dense, g, target)
+            tokens, seconds = cost_ratios(c, dense, g, target)
             ratios.append(tokens)
             gpu.append(seconds)
         speed = f"{c.tokens_per_s / 1e3:.0f}k" if c.tokens_per_s else "–"
@@ -286,7 +286,7 @@ def markdown(contenders: list[Contender], command: str) -> str:
     return "\n".join(lines) + f"\n\n```bash\n{command}\n```\n"
 
 
-def _cost_ratios(c: Contender, dense: Contender | None, group: str, target: float | None) -> tuple[str, str]:
+def cost_ratios(c: Contender, dense: Contender | None, group: str, target: float | None) -> tuple[str, str]:
     """Tokens and training GPU time ``c`` needs to first reach ``target``, as multiples of what the dense
     model needed to first reach it ("–" where either never does or the time was not logged)."""
     if dense is None or target is None:
@@ -319,7 +319,7 @@ def best_markdown(contenders: list[Contender], dense: Contender | None) -> list[
             mine = best(c, g)
             cells.append("–" if mine is None else f"{mine[1]:.4f} ({mine[0] / 1e6:.0f}M)")
             theirs = best(dense, g) if dense is not None else None
-            tokens, seconds = _cost_ratios(c, dense, g, theirs[1] if theirs else None)
+            tokens, seconds = cost_ratios(c, dense, g, theirs[1] if theirs else None)
             ratios.append(tokens)
             gpu.append(seconds)
         lines.append(f"| {c.name} | " + " | ".join(cells) + f" | {' / '.join(ratios)} | {' / '.join(gpu)} |")
@@ -443,15 +443,20 @@ def plot(contenders: list[Contender], path: Path) -> None:
     tmp.replace(path)
 
 
+def contenders_in(summary: dict) -> list[Contender]:
+    """The contenders of a report's parsed summary.json."""
+    return [Contender(c["name"], int(c["tokens_per_step"]),
+                      {g: [(int(t), float(b)) for t, b in pts] for g, pts in c["curve"].items()},
+                      c.get("tokens_per_s"), c.get("wall_s"), dict(c.get("final", {})),
+                      [(int(t), float(s)) for t, s in c.get("seconds", [])])
+            for c in summary["contenders"]]
+
+
 def contenders_from_summary(path: Path) -> tuple[list[Contender], list[str], dict]:
     """The contenders a report recorded in its summary.json, to render that report again."""
     try:
         summary = json.loads(path.read_text())
-        contenders = [Contender(c["name"], int(c["tokens_per_step"]),
-                                {g: [(int(t), float(b)) for t, b in pts] for g, pts in c["curve"].items()},
-                                c.get("tokens_per_s"), c.get("wall_s"), dict(c.get("final", {})),
-                                [(int(t), float(s)) for t, s in c.get("seconds", [])])
-                      for c in summary["contenders"]]
+        contenders = contenders_in(summary)
     except (OSError, ValueError, KeyError, TypeError) as why:
         raise NoCurve(f"{path}: not a report summary ({why})") from None
     return contenders, list(summary.get("without_curve", [])), summary

@@ -83,3 +83,16 @@ def test_a_missing_or_broken_results_file_is_one_line(copy_of_repo):
     (copy_of_repo / source).unlink()
     with pytest.raises(HeadlineSourceError, match=rf"^{source}: no such results file$"):
         headline_problems(copy_of_repo)
+
+
+def test_the_study_cost_to_reach_dense_follows_the_runs_training_time(copy_of_repo):
+    def moe_trains_slower(data: Any) -> None:
+        for contender in data["contenders"]:
+            if contender["name"] == "base-moe":
+                contender["seconds"] = [[tokens, seconds * 1.2] for tokens, seconds in contender["seconds"]]
+
+    gpu_time = "with 0.73x the tokens and **0.91x the GPU time**"
+    edit_json(copy_of_repo, "results/experts/study/summary.json", moe_trains_slower)
+    assert headline_problems(copy_of_repo) == [  # benchmarks.md quotes the same figure
+        "docs/benchmarks.md: 'with 0.91x its GPU time on `grouped`' but results/experts/study/summary.json gives 1.09x",
+        f"docs/quality.md: {gpu_time!r} but results/experts/study/summary.json gives 1.09x"]
