@@ -67,29 +67,18 @@ def run_summaries(reports: list[Report], labels: tuple[str, ...], markov: bool =
     return "\n".join(lines) + "\n"
 
 
-def _get(rep: Report, *keys: str | int) -> Any:
-    """``rep.data[key][key]...``, or a one-line error naming the file and the missing entry."""
-    value: Any = rep.data
-    for key in keys:
-        try:
-            value = value[key]
-        except (KeyError, IndexError, TypeError):
-            raise DocsTableError(f"{rep.path}: no '{'.'.join(map(str, keys))}'") from None
-    return value
-
-
 def _files(reports: list[Report]) -> str:
     return "Files: " + ", ".join(f"`{rep.path}`" for rep in reports) + "."
 
 
 def _distinct(reports: list[Report], key: str) -> str:
-    return "; ".join(dict.fromkeys(str(_get(rep, key)) for rep in reports))
+    return "; ".join(dict.fromkeys(str(rep.field(key)) for rep in reports))
 
 
 def _markov_rows(rep: Report) -> dict[int, float]:
     """A ``cli.py markov`` file's bits/base by order."""
     try:
-        return {row["order"]: row["bits_per_base"] for row in _get(rep, "rows")}
+        return {row["order"]: row["bits_per_base"] for row in rep.field("rows")}
     except (KeyError, TypeError) as err:
         raise DocsTableError(f"{rep.path}: not a Markov table (a row without {err})") from None
 
@@ -103,18 +92,18 @@ def markov_orders(reports: list[Report]) -> str:
         by_order = _markov_rows(rep)
         if sorted(by_order) != orders:
             raise DocsTableError(f"{rep.path}: orders {sorted(by_order)}, not {reports[0].path}'s {orders}")
-        strands = "both strands counted" if _get(rep, "reverse_complement") else "forward strand only (`--no-rc`)"
+        strands = "both strands counted" if rep.field("reverse_complement") else "forward strand only (`--no-rc`)"
         rows.append([f"bits/base, {strands}", *bold_lowest([by_order[k] for k in orders])])
     lines = table(["order k", *map(str, orders)], rows)
     lines[1] = "|" + "---|" * (len(orders) + 1)
     first = reports[0]
-    held_out = _get(first, "val_fraction")
-    seconds = " and ".join(f"{_get(rep, 'seconds'):.0f} s" for rep in reports)
+    held_out = first.field("val_fraction")
+    seconds = " and ".join(f"{rep.field('seconds'):.0f} s" for rep in reports)
     runs = "One run" if len(reports) == 1 else "One run each"
     dates = "; ".join(dict.fromkeys(dated(rep) for rep in reports))
-    lines += ["", f"Order-k Markov models, add-α smoothing α = {_get(first, 'alpha'):g}, fitted on the first "
+    lines += ["", f"Order-k Markov models, add-α smoothing α = {first.field('alpha'):g}, fitted on the first "
               f"{100 * (1 - held_out):.0f} % of the chromosome and scored on the last {100 * held_out:.0f} %: "
-              f"{_get(first, 'rows', 0, 'positions'):,} held-out bases in windows of {_get(first, 'seq_length'):,}. "
+              f"{first.field('rows', 0, 'positions'):,} held-out bases in windows of {first.field('seq_length'):,}. "
               f"{runs}, `cli.py markov` on a CPU ({seconds} for all orders; the file names no machine), {dates}. "
               + _files(reports)]
     return "\n".join(lines) + "\n"
@@ -122,11 +111,11 @@ def markov_orders(reports: list[Report]) -> str:
 
 def _repeat_cells(rep: Report, k: int, unit: str = "") -> list[float | str]:
     """Alone, mixed, and the held-out bases after a training k-mer of one ``repeat-mix`` file."""
-    if _get(rep, "k") != k:
-        raise DocsTableError(f"{rep.path}: k = {_get(rep, 'k')}, the other files k = {k}")
-    return [_get(rep, "base_bits_per_base"), _get(rep, "mixed_bits_per_base"),
-            f"{100 * _get(rep, 'repeat_fraction'):.2f} %: {_get(rep, 'base_on_repeats_bits_per_base'):.3f} → "
-            f"{_get(rep, 'mixed_on_repeats_bits_per_base'):.3f}{unit}"]
+    if rep.field("k") != k:
+        raise DocsTableError(f"{rep.path}: k = {rep.field('k')}, the other files k = {k}")
+    return [rep.field("base_bits_per_base"), rep.field("mixed_bits_per_base"),
+            f"{100 * rep.field('repeat_fraction'):.2f} %: {rep.field('base_on_repeats_bits_per_base'):.3f} → "
+            f"{rep.field('mixed_on_repeats_bits_per_base'):.3f}{unit}"]
 
 
 def repeat_expert(reports: list[Report], labels: tuple[str, ...]) -> str:
@@ -137,8 +126,8 @@ def repeat_expert(reports: list[Report], labels: tuple[str, ...]) -> str:
     runs, rescores = rest[0::2], rest[1::2]
     if len(labels) != len(runs) or len(runs) != len(rescores):
         raise DocsTableError(f"{len(labels)} labels for {len(runs)} run summaries and {len(rescores)} re-scores")
-    k = _get(markov, "k")
-    rows = [[f"{_get(markov, 'base')} (fitted on the training split)", *_repeat_cells(markov, k, " bits/base")]]
+    k = markov.field("k")
+    rows = [[f"{markov.field('base')} (fitted on the training split)", *_repeat_cells(markov, k, " bits/base")]]
     for label, run, rescore in zip(labels, runs, rescores):
         try:
             name = label.format(**run.data)
@@ -150,8 +139,8 @@ def repeat_expert(reports: list[Report], labels: tuple[str, ...]) -> str:
     lines = table(["base model", "alone", "mixed with the repeat expert", f"held-out bases after a training {k}-mer"],
                   rows)
     lines[1] = "| --- | ---: | ---: | ---: |"
-    lines += ["", f"Held-out bits/base on the last 10 % of *E. coli* 536 ({_get(markov, 'positions'):,} bases); "
-              f"repeat expert k = {k}, switch {_get(markov, 'switch'):g}, smoothing {_get(markov, 'smoothing'):g}. "
+    lines += ["", f"Held-out bits/base on the last 10 % of *E. coli* 536 ({markov.field('positions'):,} bases); "
+              f"repeat expert k = {k}, switch {markov.field('switch'):g}, smoothing {markov.field('smoothing'):g}. "
               f"Markov row: `cli.py repeat-mix` on a CPU, one run, {dated(markov)}. Network rows: `repeat-mix --ckpt` "
               "re-scores of each run's final checkpoint outside Lightning (the re-score files record no machine "
               f"or date); the runs trained on {_distinct(runs, 'hardware')}; {_distinct(runs, 'date')}; "
@@ -166,31 +155,31 @@ def repeat_copies(reports: list[Report], label: str) -> str:
     exact, copies, run = reports
     if exact.data.get("follow_copies") or not copies.data.get("follow_copies"):
         raise DocsTableError(f"{exact.path}, {copies.path}: not an exact-match file then a follow_copies file")
-    if _get(exact, "base_bits_per_base") != _get(copies, "base_bits_per_base"):
+    if exact.field("base_bits_per_base") != copies.field("base_bits_per_base"):
         raise DocsTableError(f"{copies.path}: a base model other than {exact.path}'s")
-    last = _get(run, "last")
+    last = run.field("last")
     try:
         network = [last["val/bits_per_base"], last["val/repeat_mix_bits_per_base"],
                    last["val/repeat_copy_mix_bits_per_base"]]
     except KeyError as err:
         raise DocsTableError(f"{run.path}: its last validation logged no {err}") from None
-    rows = [[_get(exact, "base"), *bold_lowest([_get(exact, "base_bits_per_base"), _get(exact, "mixed_bits_per_base"),
-                                                 _get(copies, "mixed_bits_per_base")])],
-            [label.format(step=f"{_get(run, 'last', 'step'):,}"), *bold_lowest(network)]]
+    rows = [[exact.field("base"), *bold_lowest([exact.field("base_bits_per_base"), exact.field("mixed_bits_per_base"),
+                                                 copies.field("mixed_bits_per_base")])],
+            [label.format(step=f"{run.field('last', 'step'):,}"), *bold_lowest(network)]]
     lines = table(["base model", "alone", "exact matches", "following copies too"], rows)
     lines[1] = "| --- | ---: | ---: | ---: |"
-    lines += ["", f"Held-out bits/base on the last 10 % of *E. coli* 536 ({_get(exact, 'positions'):,} bases); repeat "
-              f"expert k = {_get(exact, 'k')}, switch {_get(exact, 'switch'):g}, smoothing "
-              f"{_get(exact, 'smoothing'):g}. Markov row: `cli.py repeat-mix` on a CPU, one run each, "
-              f"{dated(exact)}. Network row: the run's last validation in Lightning ({_get(run, 'note')}); "
-              f"{_get(run, 'hardware')}, {_get(run, 'date')}; {_get(run, 'software')}. " + _files(reports)]
+    lines += ["", f"Held-out bits/base on the last 10 % of *E. coli* 536 ({exact.field('positions'):,} bases); repeat "
+              f"expert k = {exact.field('k')}, switch {exact.field('switch'):g}, smoothing "
+              f"{exact.field('smoothing'):g}. Markov row: `cli.py repeat-mix` on a CPU, one run each, "
+              f"{dated(exact)}. Network row: the run's last validation in Lightning ({run.field('note')}); "
+              f"{run.field('hardware')}, {run.field('date')}; {run.field('software')}. " + _files(reports)]
     return "\n".join(lines) + "\n"
 
 
 def _contenders(rep: Report) -> list[dict[str, Any]]:
     """A ``bench.experts report`` summary's contenders in the order of ``EXPERT_VARIANTS`` (dense first),
     others after them as the report lists them."""
-    found = _get(rep, "contenders")
+    found = rep.field("contenders")
     if not isinstance(found, list) or not found:
         raise DocsTableError(f"{rep.path}: not a bench.experts report (no 'contenders' list)")
     for c in found:
@@ -233,7 +222,7 @@ def corpus_side_by_side(reports: list[Report]) -> str:
     lines[1] = "| --- | ---: | ---: | ---: | ---: | ---: |"
     lines += ["", "Mean held-out bits/base over the genomes of each group at each run's last validation (a run "
               "stopped by the time limit ends earlier), then the longer runs again at the last validation "
-              f"every run reached. One run each: {_get(rep, 'machine')}; {dated(rep)}. Tokens/s: the median of "
+              f"every run reached. One run each: {rep.field('machine')}; {dated(rep)}. Tokens/s: the median of "
               "each fit's logged training rate while the fits shared the GPU. File: "
               f"`{rep.path}` (command in `summary.md` beside it)."]
     return "\n".join(lines) + "\n"
@@ -260,7 +249,7 @@ def corpus_study(reports: list[Report]) -> str:
     lines[1] = "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     lines += ["", f"Mean held-out bits/base over the genomes of each group at {budgets.pop() / 1e6:.0f}M tokens, the "
               "last validation; lowest: the lowest held-out-species validation and its tokens; the lowest of "
-              f"each column in bold. One run each, each model alone on one {_get(rep, 'machine')}, {dated(rep)}. "
+              f"each column in bold. One run each, each model alone on one {rep.field('machine')}, {dated(rep)}. "
               "Tokens/s: the median of the fit's logged training rate; training GPU time: the fit's own "
               "`train/seconds` at its last validation (validation left out). File: "
               f"`{rep.path}` (command, tokens and GPU time to reach dense, rising curves and power-law fits in "
@@ -269,7 +258,7 @@ def corpus_study(reports: list[Report]) -> str:
 
 
 def _aurocs(rep: Report, genome: str, scorer: str) -> tuple[float, float]:
-    auroc = _get(rep, "genomes", genome, scorer, "auroc")
+    auroc = rep.field("genomes", genome, scorer, "auroc")
     try:
         return auroc["stop_gain_vs_synonymous"], auroc["missense_vs_synonymous"]
     except (KeyError, TypeError) as err:
@@ -277,32 +266,32 @@ def _aurocs(rep: Report, genome: str, scorer: str) -> tuple[float, float]:
 
 
 def _snv_counts(rep: Report, genome: str) -> str:
-    return "/".join(f"{_get(rep, 'genomes', genome, 'counts', c):,}" for c in ("synonymous", "missense", "stop_gain"))
+    return "/".join(f"{rep.field('genomes', genome, 'counts', c):,}" for c in ("synonymous", "missense", "stop_gain"))
 
 
 def study_mutations(reports: list[Report]) -> str:
     """Zero-shot mutations of the study's models (``cli.py mutations``, one file per model): stop-gain
     and missense against synonymous AUROC on each genome, and the order-k Markov chain's."""
     first = reports[0]
-    genomes = list(_get(first, "genomes"))
+    genomes = list(first.field("genomes"))
     markov = {g: _aurocs(first, g, "markov") for g in genomes}
     rows = []
     for rep in reports:
-        if list(_get(rep, "genomes")) != genomes or any(_aurocs(rep, g, "markov") != markov[g] for g in genomes):
+        if list(rep.field("genomes")) != genomes or any(_aurocs(rep, g, "markov") != markov[g] for g in genomes):
             raise DocsTableError(f"{rep.path}: other genomes or another Markov baseline than {first.path}")
         model = Path(rep.path).stem.removeprefix("mutations-")
         rows.append([EXPERT_VARIANTS.get(model, model), *(f"{s:.3f} / {m:.3f}" for s, m in
                                                           (_aurocs(rep, g, "model") for g in genomes))])
-    rows.append([f"order-{_get(first, 'markov_order')} Markov", *(f"{markov[g][0]:.3f} / {markov[g][1]:.3f}"
+    rows.append([f"order-{first.field('markov_order')} Markov", *(f"{markov[g][0]:.3f} / {markov[g][1]:.3f}"
                                                                  for g in genomes)])
     lines = table(["scorer", *(f"`{g}`" for g in genomes)], rows)
     counts = "; ".join(f"`{g}` {_snv_counts(first, g)}" for g in genomes)
     lines += ["", "AUROC of stop-gain / missense SNVs against synonymous ones (0.5 is chance; above 0.5 the scorer "
               "ranks the change to the protein as less likely than a synonymous one). "
-              f"{_get(first, 'codons'):,} codons a genome (seed {_get(first, 'seed')}), all nine SNVs of each, "
-              f"windows of {_get(first, 'window'):,}; SNVs "
+              f"{first.field('codons'):,} codons a genome (seed {first.field('seed')}), all nine SNVs of each, "
+              f"windows of {first.field('window'):,}; SNVs "
               f"synonymous/missense/stop-gain: {counts}. The Markov chain is fitted on each scored genome itself "
-              f"({_get(first, 'markov_fit')}). One run each, scored on {MUTATIONS_MACHINE} (named "
+              f"({first.field('markov_fit')}). One run each, scored on {MUTATIONS_MACHINE} (named "
               "in `mutations.md` beside the files; they record no machine), " + dated(first) + ". " + _files(reports)]
     return "\n".join(lines) + "\n"
 

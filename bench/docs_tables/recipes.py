@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from bench.docs_tables.cells import bold_lowest, dated, table
 from bench.docs_tables.report import DocsTableError, Report, Table
@@ -15,18 +14,8 @@ SPECIES = {"ecoli": "*E. coli*", "saureus": "*S. aureus*", "hpylori": "*H. pylor
 """The species prefix of a genome's file label, as a reader names it."""
 
 
-def field(rep: Report, *keys: str) -> Any:
-    """``rep.data[k1][k2]...``, or one line naming the file and the missing key."""
-    value: Any = rep.data
-    for depth, key in enumerate(keys):
-        if not isinstance(value, dict) or key not in value:
-            raise DocsTableError(f"{rep.path}: no '{'.'.join(keys[:depth + 1])}'")
-        value = value[key]
-    return value
-
-
 def number(rep: Report, *keys: str) -> float:
-    value = field(rep, *keys)
+    value = rep.field(*keys)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise DocsTableError(f"{rep.path}: '{'.'.join(keys)}' is not a number")
     return float(value)
@@ -34,7 +23,7 @@ def number(rep: Report, *keys: str) -> float:
 
 def curve(rep: Report, *keys: str) -> dict[int, float]:
     """A ``{step: bits/base}`` curve of the file, in step order."""
-    points = field(rep, *keys)
+    points = rep.field(*keys)
     if not isinstance(points, dict) or not points:
         raise DocsTableError(f"{rep.path}: '{'.'.join(keys)}' is not a curve of step: value")
     try:
@@ -51,7 +40,7 @@ def strain(label: str) -> str:
 
 def summary_footer(rep: Report, what: str, keys: str) -> str:
     """The closing line of a summary.json table: runs, machine, date, software and the file's keys."""
-    return (f"{what}; {field(rep, 'device')}, {dated(rep)}; {field(rep, 'software')}. "
+    return (f"{what}; {rep.field('device')}, {dated(rep)}; {rep.field('software')}. "
             f"File: `{rep.path}` ({keys}).")
 
 
@@ -60,7 +49,7 @@ def genome_recipe(reports: list[Report]) -> str:
     validation and how far below the order-6 Markov baseline of the same positions it ends."""
     (rep,) = reports
     rows = []
-    for genome in field(rep, "genome_recipe"):
+    for genome in rep.field("genome_recipe"):
         kept = number(rep, "genome_recipe", genome, "kept_checkpoint", "bits_per_base")
         step = number(rep, "genome_recipe", genome, "kept_checkpoint", "step")
         markov = number(rep, "genome_recipe", genome, "markov6")
@@ -68,8 +57,8 @@ def genome_recipe(reports: list[Report]) -> str:
                      f"step {step:,.0f}, **{kept:.4f}**",
                      f"{number(rep, 'genome_recipe', genome, 'best_validation'):.4f}",
                      f"{markov:.4f}", f"**{markov - kept:.3f}**"])
-    stops = "; ".join(dict.fromkeys(str(field(rep, "genome_recipe", g, "stopped_by"))
-                                    for g in field(rep, "genome_recipe")))
+    stops = "; ".join(dict.fromkeys(str(rep.field("genome_recipe", g, "stopped_by"))
+                                    for g in rep.field("genome_recipe")))
     lines = table(["genome", "planned steps", "kept checkpoint", "best validation", "order-6 Markov",
                    "below Markov"], rows)
     what = f"Held-out bits/base (the last 10 % of each contig); one run per genome, stopped by {stops}"
@@ -82,7 +71,7 @@ def genome_recipe_curves(reports: list[Report]) -> str:
     is the kept checkpoint."""
     (rep,) = reports
     lines: list[str] = []
-    for genome in field(rep, "genome_recipe"):
+    for genome in rep.field("genome_recipe"):
         points = curve(rep, "genome_recipe", genome, "validation")
         name = genome.partition("_")[2].upper() or genome
         lines += table([f"{name} step", *(f"{s:,}" for s in points)],
@@ -94,7 +83,7 @@ def genome_recipe_curves(reports: list[Report]) -> str:
 
 
 def last_validation(rep: Report, model: str) -> int:
-    steps = field(rep, "pretraining", model, "validation")
+    steps = rep.field("pretraining", model, "validation")
     if not isinstance(steps, dict) or not steps or not all(str(step).isdigit() for step in steps):
         raise DocsTableError(f"{rep.path}: 'pretraining.{model}.validation' holds no validation by step")
     return max(int(step) for step in steps)
@@ -109,7 +98,7 @@ def moe_against_dense(reports: list[Report]) -> str:
     def value(model: str, metric: str) -> float:
         return number(rep, "pretraining", model, "validation", str(last[model]), metric)
 
-    genomes = [m for m in field(rep, "pretraining", "moe", "validation", str(last["moe"])) if m.count("/") == 2]
+    genomes = [m for m in rep.field("pretraining", "moe", "validation", str(last["moe"])) if m.count("/") == 2]
     rows = []
     for label, metric in [("pooled", "val/bits_per_base"), *((m.split("/")[1], m) for m in genomes)]:
         moe, dense = value("moe", metric), value("dense", metric)
@@ -127,7 +116,7 @@ def held_out_strains(reports: list[Report]) -> str:
     the MoE fine-tuned on it, and a model of the same budget trained on it alone."""
     (rep,) = reports
     rows, ft_steps, single_steps = [], set(), set()
-    for genome in field(rep, "held_out"):
+    for genome in rep.field("held_out"):
         ft = curve(rep, "held_out", genome, "ft_curve")
         single = curve(rep, "held_out", genome, "single_curve")
         ft_steps.add(max(ft))
@@ -158,7 +147,7 @@ def packing_fill(reports: list[Report]) -> str:
     would skip) and the share of real bases per training and validation row."""
     (rep,) = reports
     rows = []
-    lengths = field(rep, "by_seq_length")
+    lengths = rep.field("by_seq_length")
     for length in sorted(lengths, key=int):
         def get(key: str, length: str = length) -> float:
             return number(rep, "by_seq_length", length, key)
@@ -170,7 +159,7 @@ def packing_fill(reports: list[Report]) -> str:
                    "per validation row"], rows)
     lines[1] = "| ---: | ---: | ---: | ---: |"
     lines += ["", f"One data-module setup per length on the `make data-corpus` store of all splits (no training); "
-              f"{field(rep, 'machine')}, {dated(rep)}. File: `{rep.path}` (command in it)."]
+              f"{rep.field('machine')}, {dated(rep)}. File: `{rep.path}` (command in it)."]
     return "\n".join(lines) + "\n"
 
 

@@ -73,6 +73,17 @@ class Report:
             raise DocsTableError(f"{self.path}: records no date (environment.date)")
         return DATES_NOT_IN_FILE[self.path]
 
+    def field(self, *keys: str | int) -> Any:
+        """``data[k1][k2]...`` (names or list positions), or one line naming the file and the path of
+        keys up to the first one that is missing."""
+        value: Any = self.data
+        for depth, key in enumerate(keys):
+            try:
+                value = value[key]
+            except (KeyError, IndexError, TypeError):
+                raise DocsTableError(f"{self.path}: no '{'.'.join(map(str, keys[:depth + 1]))}'") from None
+        return value
+
     def gpu(self) -> str:
         gpu = self.data.get("environment", {}).get("gpu") or self.data.get("machine")
         if not gpu:
