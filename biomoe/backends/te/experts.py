@@ -63,9 +63,9 @@ class GroupPadding:
 
     def __init__(self, counts: Tensor, align: int) -> None:
         counts = counts.to(torch.int64)
-        self.counts = [int(c) for c in counts.tolist()]
-        self.padded_counts = [int(math.ceil(c / align) * align) for c in self.counts]
-        self.total = sum(self.counts)
+        host_counts = [int(c) for c in counts.tolist()]
+        self.padded_counts = [int(math.ceil(c / align) * align) for c in host_counts]
+        self.total = sum(host_counts)
         self.padded_total = sum(self.padded_counts)
         self.padded_splits = (counts + align - 1) // align * align
         src = torch.cumsum(counts, 0) - counts
