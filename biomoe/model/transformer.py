@@ -68,19 +68,17 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     or [b, s, d/2] (per token).
 
     Each half-head is one product and one fused multiply-add, both reading ``x`` straight from its
-    dtype into fp32; without autograd the second writes the rounded result into place. With
-    autograd the two rounded halves are concatenated into a new tensor instead: writes into slices
-    of an empty tensor would put in-place copies of views into the graph that autograd, and a
-    compiled block's backward, must replay. Casting whole heads to fp32 and back around four
-    products, two sums and a concatenation (on transposed views) took a large share of a bf16
-    scoring forward's GPU time."""
+    dtype into fp32; without autograd the second writes the rounded result into place, with it a
+    copy does. Casting whole heads to fp32 and back around four products, two sums and a
+    concatenation (on transposed views) took a large share of a bf16 scoring forward's GPU time."""
     half = x.shape[-1] // 2
     cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads
     x1, x2 = x[..., :half], x[..., half:]
-    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad):
-        return torch.cat([torch.addcmul(torch.mul(x2, -sin), x1, cos).to(x.dtype),
-                          torch.addcmul(torch.mul(x1, sin), x2, cos).to(x.dtype)], dim=-1)
     out = torch.empty_like(x)
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad):
+        out[..., :half] = torch.addcmul(torch.mul(x2, -sin), x1, cos)
+        out[..., half:] = torch.addcmul(torch.mul(x1, sin), x2, cos)
+        return out
     torch.addcmul(torch.mul(x2, -sin), x1, cos, out=out[..., :half])  # x1·cos − x2·sin
     torch.addcmul(torch.mul(x1, sin), x2, cos, out=out[..., half:])  # x2·cos + x1·sin
     return out

@@ -1,6 +1,8 @@
-"""A compiled model that meets a second input shape in the same process is traced again, with
-symbolic sizes: its gradients there must still be eager's. A fit reaches this when validation or a
-last batch has another shape than training, or when a second model is compiled in one process."""
+"""A compiled MoE model's gradients are eager's, step after step, also at a second input shape
+(a fit meets one when validation or a last batch has another shape than training). On CUDA the
+compiled MoE blocks have given gradients far from eager's while the loss agreed, in some runs and not
+in others of the very same test, and never with ``CUDA_LAUNCH_BLOCKING=1``: the comparison is
+repeated so that such a fault shows in one run of this test."""
 
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 BF16_BOUND = 2e-2
 """bf16 autocast: compiled and eager gradients land within 1e-2 of each other (fused kernels round
 differently); a traced graph that computes something else is off by far more."""
+
+
+REPEATS = 4
+"""Steps compared at the second shape (no optimizer step between them: the weights stay equal)."""
 
 
 def _backends() -> list[str]:
@@ -38,7 +44,7 @@ def _step(model, tokens) -> float:
 
 
 @pytest.mark.parametrize("backend", _backends())
-def test_a_compiled_model_keeps_eager_gradients_on_a_second_input_shape(backend):
+def test_a_compiled_moe_model_keeps_eager_gradients_step_after_step_and_at_a_second_shape(backend):
     torch._dynamo.reset()  # this test's own first shape, whatever ran before it
     cfg = ModelConfig(vocab_size=64, hidden_size=256, num_layers=2, num_heads=4, num_kv_heads=2, num_experts=8,
                       top_k=2, ffn_hidden_size=256)
@@ -50,14 +56,15 @@ def test_a_compiled_model_keeps_eager_gradients_on_a_second_input_shape(backend)
         eager = build_model(cfg, RuntimeConfig(**layers), device).model
         compiled = build_model(cfg, RuntimeConfig(compile=True, **layers), device).model
     compiled.load_state_dict(eager.state_dict())
-    _step(compiled, torch.randint(0, 64, (8, 512), device=device))  # the first shape: traced with static sizes
-    tokens = torch.randint(0, 64, (4, 256), device=device)  # the second: traced again
-    want, got = _step(eager, tokens), _step(compiled, tokens)
-    assert abs(got - want) < 1e-2 * abs(want)
-    grads = {n: (p.grad.float(), q.grad.float()) for (n, p), (_, q) in zip(eager.named_parameters(),
-                                                                          compiled.named_parameters())
-             if p.grad is not None}
-    whole = relative_error(torch.cat([c.flatten() for _, c in grads.values()]),
-                           torch.cat([e.flatten() for e, _ in grads.values()]))
-    worst = sorted(((relative_error(c, e), n) for n, (e, c) in grads.items()), reverse=True)
-    assert whole < BF16_BOUND, f"{backend}: {whole:.2e}; worst parameters {worst[:4]}"
+    _step(compiled, torch.randint(0, 64, (8, 512), device=device))  # the first shape
+    for repeat in range(REPEATS):
+        tokens = torch.randint(0, 64, (4, 256), device=device)  # the second shape
+        want, got = _step(eager, tokens), _step(compiled, tokens)
+        assert abs(got - want) < 1e-2 * abs(want)
+        grads = {n: (p.grad.float(), q.grad.float()) for (n, p), (_, q) in zip(eager.named_parameters(),
+                                                                              compiled.named_parameters())
+                 if p.grad is not None}
+        whole = relative_error(torch.cat([c.flatten() for _, c in grads.values()]),
+                               torch.cat([e.flatten() for e, _ in grads.values()]))
+        worst = sorted(((relative_error(c, e), n) for n, (e, c) in grads.items()), reverse=True)
+        assert whole < BF16_BOUND, f"{backend}, step {repeat + 1}: {whole:.2e}; worst parameters {worst[:4]}"
