@@ -25,7 +25,8 @@ def headline_problems(root: Path = ROOT) -> list[str]:
         if h.quote not in text:
             problems.append(f"{h.document}: no longer quotes {h.quote!r} (update HEADLINES)")
             continue
-        value = h.value(read_json(h.source, root))
+        value = h.value(*(read_json(source, root) for source in h.sources))
         if value not in h.quote:
-            problems.append(f"{h.document}: {h.quote!r} but {h.source} gives {value}")
+            given = f"{h.source} gives" if not h.also else f"{' and '.join(h.sources)} give"
+            problems.append(f"{h.document}: {h.quote!r} but {given} {value}")
     return problems

@@ -469,6 +469,22 @@ def _fine_gpu_time(data: Any) -> str:
     return f"{strains:.2f}x (strains) and {species:.2f}x (species)"
 
 
+def _rate_over_quack(speeds: Any, variant: str) -> float:
+    """How much of a ``grouped`` run's GPU time the same run takes at quack's step rate."""
+    rates = _speeds(speeds)
+    return rates[("base", variant, "torch")]["tokens_per_s"] / rates[("base", variant, "quack")]["tokens_per_s"]
+
+
+def _moe_gpu_time_on_quack(study: Any, speeds: Any) -> str:
+    return f"{_gpu_time_to_dense(study, 'base-moe', 'held-out strains') * _rate_over_quack(speeds, 'moe'):.2f}x"
+
+
+def _fine_gpu_time_on_quack(study: Any, speeds: Any) -> str:
+    strains, species = (_gpu_time_to_dense(study, "base-fine", g) * _rate_over_quack(speeds, "fine")
+                        for g in ("held-out strains", "held-out species"))
+    return f"{strains:.2f}x and {species:.2f}x"
+
+
 HEADLINES = (
     # Summary
     Headline(DOC, "the genome fit read 711.1k", RECIPES_C, lambda d: _kilo(_rate(d, "genome", 65536, "biomoe-cli"))),
@@ -568,6 +584,8 @@ HEADLINES = (
     Headline(DOC, "(0.91 × 992k / 1,095k)", SPEED_QUACK, _moe_rates_grouped_and_quack),
     Headline(DOC, "with 0.91x its GPU time on `grouped`", STUDY, _moe_gpu_time),
     Headline(DOC, "1.37x (strains) and 1.50x (species)", STUDY, _fine_gpu_time),
+    Headline(DOC, "step rate that is 0.82x", STUDY, _moe_gpu_time_on_quack, also=(SPEED_QUACK,)),
+    Headline(DOC, "become 1.17x and 1.28x", STUDY, _fine_gpu_time_on_quack, also=(SPEED_QUACK,)),
     Headline(DOC, "to within about 2e-5 nats per base", USE_COMMANDS, _log_likelihood_spread),
     Headline(DOC, "+0.009 bits/base after 400 steps", "results/quality/moment-dtypes.json",
              lambda d: f"+{d['runs']['bf16']['vs_fp32_at_400']:.3f}"),

@@ -26,12 +26,18 @@ def read_json(path: str, root: Path = ROOT) -> Any:
 @dataclass(frozen=True)
 class Headline:
     """A figure quoted in prose: ``quote`` must be in ``document`` and contain what ``value`` reads
-    from ``source``."""
+    from ``source``. A figure computed across files names the others in ``also``: ``value`` then
+    reads every file, ``source``'s first."""
 
     document: str
     quote: str
     source: str
-    value: Callable[[Any], str]
+    value: Callable[..., str]
+    also: tuple[str, ...] = ()
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source, *self.also)
 
 
 def span(values: Iterable[float], fmt: str, dash: str = "–") -> str:

@@ -21,7 +21,7 @@ MODULES = {"README.md": readme, "docs/benchmarks.md": benchmarks, "docs/quality.
 @pytest.fixture
 def copy_of_repo(tmp_path: Path) -> Path:
     """README, docs and every file a headline reads, copied: the checks run on files they may change."""
-    return copy_of(["README.md", "docs", *{h.source for h in HEADLINES}], tmp_path)
+    return copy_of(["README.md", "docs", *{source for h in HEADLINES for source in h.sources}], tmp_path)
 
 
 
@@ -93,6 +93,22 @@ def test_the_study_cost_to_reach_dense_follows_the_runs_training_time(copy_of_re
 
     gpu_time = "with 0.73x the tokens and **0.91x the GPU time**"
     edit_json(copy_of_repo, "results/experts/study/summary.json", moe_trains_slower)
-    assert headline_problems(copy_of_repo) == [  # benchmarks.md quotes the same figure
+    assert headline_problems(copy_of_repo) == [  # benchmarks.md quotes the same figure, and its cost on quack
         "docs/benchmarks.md: 'with 0.91x its GPU time on `grouped`' but results/experts/study/summary.json gives 1.09x",
+        "docs/benchmarks.md: 'step rate that is 0.82x' but results/experts/study/summary.json and "
+        "results/experts/speed-quack/speed.json give 0.99x",
         f"docs/quality.md: {gpu_time!r} but results/experts/study/summary.json gives 0.73x the tokens and **1.09x"]
+
+
+def test_a_figure_computed_across_two_files_follows_each_of_them(copy_of_repo):
+    def quack_runs_faster(data: Any) -> None:
+        for contender in data["contenders"]:
+            if (contender["variant"], contender["kernels"]) == ("fine", "quack"):
+                contender["tokens_per_s"] *= 1.25
+
+    edit_json(copy_of_repo, "results/experts/speed-quack/speed.json", quack_runs_faster)
+    assert headline_problems(copy_of_repo) == [  # the speed ratio itself, and the study's cost on quack
+        "docs/benchmarks.md: 'the 8-expert MoE 1.10x, the fine-grained 1.17x' but "
+        "results/experts/speed-quack/speed.json gives the 8-expert MoE 1.10x, the fine-grained 1.46x",
+        "docs/benchmarks.md: 'become 1.17x and 1.28x' but results/experts/study/summary.json and "
+        "results/experts/speed-quack/speed.json give 0.94x and 1.02x"]
