@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from bench.docs_headlines import HeadlineSourceError, headline_problems
-from bench.docs_tables import experts, inference, optimizer, quality, recipes, scaling, training
+from bench.docs_tables import experts, goals, inference, optimizer, quality, recipes, scaling, training
 from bench.docs_tables.report import ROOT, DocsTableError, Report, Table, read_report
 
 __all__ = ["ROOT", "TABLES", "DocsTableError", "Report", "Table", "documents", "main", "marked_tables", "read_report",
@@ -28,7 +28,7 @@ DOCUMENTS = ("README.md", "docs/*.md", "results/**/README.md")
 OPENING = re.compile(r"<!-- table:[a-z0-9-]+ -->")
 MARKER = re.compile(r"(<!-- table:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
-TABLES: dict[str, Table] = {**training.TABLES, **optimizer.TABLES, **experts.TABLES, **quality.TABLES,
+TABLES: dict[str, Table] = {**training.TABLES, **optimizer.TABLES, **goals.TABLES, **experts.TABLES, **quality.TABLES,
                              **recipes.TABLES, **inference.TABLES, **scaling.TABLES}
 """Every table a document may mark, by name, from each family's module."""
 

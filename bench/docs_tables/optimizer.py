@@ -1,83 +1,19 @@
-"""The optimizer tables: master-weight storage, the compiled AdamW in ``cli.py fit`` and alone, the
-bare loop's profile, and the goals of the training benchmark, read from their reports.
-
-Every ratio is taken inside one file, whose rows ran interleaved in one run: two files are two runs
-on different days, so a ratio across them would mix run-to-run drift into the comparison."""
+"""The optimizer tables: master-weight storage, the compiled AdamW in ``cli.py fit`` and alone, and
+the bare loop's profile, read from their reports (:mod:`bench.docs_tables.bench_files`)."""
 
 from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Callable
+from typing import Any
 
-from bench.docs_tables.cells import best_fp8, cases, kilo, pick, table
+from bench.docs_tables.bench_files import (COMPILED_4K, COMPILED_16K, M4, M16, OPTIMIZER_STEP, STORAGE, SWEEP_MIXTRAL,
+                                           machines as _machines, measured as _row, percent as _pct,
+                                           run_counts as _run_counts, run_spread as _within, short as _short,
+                                           software as _software, times as _x)
+from bench.docs_tables.cells import cases, kilo, pick, table
 from bench.docs_tables.report import DocsTableError, Report, Table
 from bench.records import BenchRecord
-
-SINGLE_RUN = "results/bench/bench.json"
-SWEEP_SMALL = "results/bench/sweep/small-shapes.json"
-SWEEP_MIXTRAL = "results/bench/sweep/mixtral.json"
-RECIPES = "results/bench/recipes-all-shapes/bench.json"
-STORAGE = "results/bench/optimizer-storage/bench.json"
-COMPILED_16K = "results/bench/compiled-adamw/mixtral-16k.json"
-COMPILED_4K = "results/bench/compiled-adamw/mixtral-4k.json"
-OPTIMIZER_STEP = "results/bench/compiled-adamw/optimizer-step.json"
-STRATEGY_ONE_GPU = "results/scaling/mixtral-1gpu-strategy-overhead/without-fsdp-at-one-gpu/scaling.json"
-M16, M4, DNA = "mixtral-2layer@16384", "mixtral-2layer@4096", "dna-small@16384"
-
-
-def _row(rep: Report, case: str, contender: str, precision: str = "bf16") -> BenchRecord:
-    """The measured row, or a one-line error naming the file: a table must not lose a row silently."""
-    record = pick(rep.records, case, contender, precision)
-    if record is None or not record.tokens_per_s:
-        raise DocsTableError(f"{rep.path}: no measured {case}/{contender}/{precision} row")
-    return record
-
-
-def _fp8(rep: Report, case: str, contender: str) -> BenchRecord:
-    record = best_fp8(rep.records, case, contender)
-    if record is None:
-        raise DocsTableError(f"{rep.path}: no measured FP8 row of {case}/{contender}")
-    return record
-
-
-def _x(a: BenchRecord, b: BenchRecord) -> str:
-    return f"{a.tokens_per_s / b.tokens_per_s:.2f}×"
-
-
-def _pct(a: float, b: float, digits: int = 0) -> str:
-    return f"{100 * a / b:.{digits}f} %"
-
-
-def _short(path: str) -> str:
-    return f"`{path.removeprefix('results/bench/')}`"
-
-
-def _software(rep: Report) -> str:
-    env = rep.data.get("environment", {})
-    return (f"One {rep.gpu()}; torch {env.get('torch')}, Transformer Engine {env.get('transformer_engine')}, "
-            f"transformers {env.get('transformers')}")
-
-
-def _machines(reports: list[Report]) -> str:
-    """The machine and software once if every file records the same, else file by file."""
-    distinct = list(dict.fromkeys(_software(rep) for rep in reports))
-    if len(distinct) == 1:
-        return distinct[0]
-    return "; ".join(f"{_short(rep.path)}: {_software(rep)}" for rep in reports)
-
-
-def _run_counts(rep: Report, records: list[BenchRecord]) -> str:
-    """``3 runs`` or ``2 runs (of 3 asked)``, read from the rows' own runs, not the command."""
-    counts = sorted({len(r.runs) or 1 for r in records})
-    text = "–".join(str(n) for n in counts) + (" run" if counts == [1] else " runs")
-    asked = rep.data.get("settings", {}).get("repeats")
-    return text + (f" (of {asked} asked)" if asked and max(counts) < asked else "")
-
-
-def _within(records: list[BenchRecord]) -> float:
-    """The largest distance of one run's rate from its row's median, in percent."""
-    return max((100 * abs(run / r.tokens_per_s - 1) for r in records for run in r.runs), default=0.0)
 
 
 STORAGE_ROWS = (  # (file, contender, label)
@@ -293,135 +229,6 @@ def loop_profile(reports: list[Report], contender: str = "biomoe-loop") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _scaling_rate(rep: Report, layout: str) -> dict[str, Any]:
-    for r in rep.data.get("results", []):
-        if r.get("layout") == layout and r.get("tokens_per_s"):
-            return r
-    raise DocsTableError(f"{rep.path}: no {layout} result")
-
-
-Goal = Callable[[dict[str, Report]], str]
-
-
-def _goal_bf16_16k(f: dict[str, Report]) -> str:
-    s, c = f[SINGLE_RUN], f[COMPILED_16K]
-    hf, fit = _row(s, M16, "hf-bf16-fused"), _row(s, M16, "biomoe-cli")
-    chf = _row(c, M16, "hf-bf16-fused")
-    return (f"single run: {_x(fit, hf)} ({_x(_row(s, M16, 'biomoe-cli-compile'), hf)} with `model.runtime.compile`), "
-            f"bare loop {_x(_row(s, M16, 'biomoe-loop'), hf)}, the fit {_x(fit, _row(s, M16, 'hf-eager'))} against "
-            f"HF's eager experts; compiled-AdamW run: {_x(_row(c, M16, 'biomoe-cli-compiled-adamw'), chf)} with "
-            f"`backend: compiled`, {_x(_row(c, M16, 'biomoe-cli-compiled-all'), chf)} with `model.runtime.compile` too")
-
-
-def _goal_fp8_16k(f: dict[str, Report]) -> str:
-    s = f[SINGLE_RUN]
-    hf, fit, loop = _row(s, M16, "hf-bf16-fused"), _fp8(s, M16, "biomoe-cli"), _fp8(s, M16, "biomoe-loop")
-    return f"single run: {_x(fit, hf)} ({fit.precision}); bare loop {_x(loop, hf)} ({loop.precision})"
-
-
-def _goal_4k(f: dict[str, Report]) -> str:
-    s, c = f[SINGLE_RUN], f[COMPILED_4K]
-    hf, chf = _row(s, M4, "hf-bf16-fused"), _row(c, M4, "hf-bf16-fused")
-    return (f"single run: {_x(_row(s, M4, 'biomoe-cli'), hf)} ({_x(_row(s, M4, 'biomoe-cli-compile'), hf)} with "
-            f"`model.runtime.compile`); compiled-AdamW run: {_x(_row(c, M4, 'biomoe-cli-compiled-adamw'), chf)} "
-            f"with `backend: compiled`, {_x(_row(c, M4, 'biomoe-cli-compiled-remainder'), chf)} with remainder masters")
-
-
-def _goal_dna(f: dict[str, Report], goal: float = 1.30) -> str:
-    single = _x(_row(f[SINGLE_RUN], DNA, "biomoe-cli"), _row(f[SINGLE_RUN], DNA, "hf-bf16-fused"))
-    medians = {name: _row(f[path], DNA, "biomoe-cli").tokens_per_s / _row(f[path], DNA, "hf-bf16-fused").tokens_per_s
-               for name, path in (("sweep", SWEEP_SMALL), ("recipes run", RECIPES))}
-    verdict = "not met in the medians" if min(medians.values()) < goal else "met in the medians"
-    return (f"single run: {single}; " + ", ".join(f"{name}: {v:.2f}×" for name, v in medians.items())
-            + f" (medians): {verdict}")
-
-
-def _goal_fit_vs_loop(f: dict[str, Report]) -> str:
-    s, sweep = f[SINGLE_RUN], f[SWEEP_SMALL]
-
-    def share(rep: Report, case: str) -> str:
-        return _pct(_row(rep, case, "biomoe-cli").tokens_per_s, _row(rep, case, "biomoe-loop").tokens_per_s)
-
-    fp8 = _fp8(s, M16, "biomoe-cli")
-    loop8 = _row(s, M16, "biomoe-loop", fp8.precision)
-    return (f"single run: {share(s, DNA)} (dna-small), {share(s, M16)} (mixtral 16,384), {share(s, M4)} (mixtral "
-            f"4,096), FP8 {_pct(fp8.tokens_per_s, loop8.tokens_per_s)} (16,384, {fp8.precision}); sweep: "
-            f"{share(sweep, DNA)} (dna-small)")
-
-
-def _goal_masters(f: dict[str, Report]) -> str:
-    s = f[SINGLE_RUN]
-
-    def lost(case: str) -> str:
-        fit, bare = _row(s, case, "biomoe-cli"), _row(s, case, "biomoe-cli-nomaster")
-        return f"{100 * (1 - fit.tokens_per_s / bare.tokens_per_s):.0f} %"
-
-    return (f"single run, tokens/s lost against `-nomaster`: {lost(M16)} (mixtral 16,384), {lost(DNA)} (dna-small), "
-            f"{lost(M4)} (mixtral 4,096)")
-
-
-def _goal_strategy(f: dict[str, Report]) -> str:
-    st, sc = f[STORAGE], f[STRATEGY_ONE_GPU]
-
-    def share(case: str) -> str:
-        return _pct(_row(st, case, "biomoe-cli-ep").tokens_per_s, _row(st, case, "biomoe-cli-repeated").tokens_per_s, 1)
-
-    ep, single = _scaling_rate(sc, "dp1xep1"), _scaling_rate(sc, "single-device")
-    return (f"storage run: {share(M16)} (16,384), {share(M4)} (4,096); strategy run, Mixtral recipe: "
-            f"{_pct(ep['tokens_per_s'], single['tokens_per_s'])} ({kilo(ep['tokens_per_s'])} against "
-            f"{kilo(single['tokens_per_s'])}, [docs/scaling.md](scaling.md#one-gpu-what-the-strategy-costs))")
-
-
-def _goal_memory(f: dict[str, Report]) -> str:
-    s = f[SINGLE_RUN]
-    fit, hf, bare = (_row(s, M4, c).peak_mem_gb for c in ("biomoe-cli", "hf-bf16-fused", "biomoe-cli-nomaster"))
-    return (f"single run: {'no' if fit > hf else 'yes'}: {fit:.1f} against {hf:.1f} GB (mixtral 4,096); without "
-            f"master weights {bare:.1f}")
-
-
-GOALS: tuple[tuple[str, Goal], ...] = (
-    ("mixtral-2layer 16,384, `cli.py fit` bf16 ≥ 1.35×", _goal_bf16_16k),
-    ("mixtral-2layer 16,384, `cli.py fit` FP8 ≥ 1.75×", _goal_fp8_16k),
-    ("mixtral-2layer 4,096, `cli.py fit` ≥ 1.10×", _goal_4k),
-    ("dna-small, `cli.py fit` ≥ 1.30×", _goal_dna),
-    ("`cli.py fit` ≥ 95 % of the bare loop", _goal_fit_vs_loop),
-    ("fp32 master weights cost ≤ 10 %", _goal_masters),
-    ("`ExpertParallelStrategy` at one GPU ≥ 95 % of single device", _goal_strategy),
-    ("peak memory ≤ HF's", _goal_memory),
-)
-GOAL_RUNS = (  # (name in the cells, its files)
-    ("single run", (SINGLE_RUN,)),
-    ("sweep", (SWEEP_SMALL,)),
-    ("recipes run (real data)", (RECIPES,)),
-    ("storage run (`biomoe-cli-ep` against `biomoe-cli-repeated`)", (STORAGE,)),
-    ("compiled-AdamW run", (COMPILED_16K, COMPILED_4K)),
-)
-
-
-def _runs_phrase(rep: Report) -> str:
-    records = [r for r in rep.records if r.status == "ok" and r.tokens_per_s]
-    counts = _run_counts(rep, records)
-    return "one run per row" if counts == "1 run" else f"medians of {counts} interleaved"
-
-
-def goals(reports: list[Report]) -> str:
-    """The goals of the training benchmark against what each run measured, every ratio inside one file."""
-    files = {rep.path: rep for rep in reports}
-    rows = [[goal, measure(files)] for goal, measure in GOALS]
-    lines = table(["goal", "measured"], rows)
-    lines[1] = "| --- | --- |"
-    runs = [f"{name}, " + ", ".join(f"`{p}` ({files[p].date}, {_runs_phrase(files[p])})" for p in paths)
-            for name, paths in GOAL_RUNS]
-    bench_reports = [files[p] for _, paths in GOAL_RUNS for p in paths]
-    sc = files[STRATEGY_ONE_GPU]
-    steps = _scaling_rate(sc, "dp1xep1").get("steps_timed")
-    lines += ["", "Ratios against `hf-bf16-fused` of the same file, unless a cell names another row. Runs: "
-              + "; ".join(runs) + f". {_machines(bench_reports)}. Strategy run: `{sc.path}` ({sc.date}, one fit "
-              f"per layout, the median rate of {steps} timed steps; the file records no GPU, its environment being "
-              "the machine that wrote the report: docs/scaling.md gives the run's)."]
-    return "\n".join(lines) + "\n"
-
-
 TABLES: dict[str, Table] = {
     "optimizer-master-storage": Table((SWEEP_MIXTRAL, STORAGE), master_storage),
     "optimizer-master-storage-strategy": Table((SWEEP_MIXTRAL, STORAGE),
@@ -430,7 +237,5 @@ TABLES: dict[str, Table] = {
     "optimizer-compiled-fit-detail": Table((COMPILED_16K, COMPILED_4K), compiled_fit_detail),
     "optimizer-step": Table((OPTIMIZER_STEP,), optimizer_step),
     "optimizer-loop-profile": Table((STORAGE,), loop_profile),
-    "bench-goals": Table((SINGLE_RUN, SWEEP_SMALL, RECIPES, STORAGE, COMPILED_16K, COMPILED_4K, STRATEGY_ONE_GPU),
-                         goals),
 }
 """Each table's name (its marker in the documents), files and renderer."""

@@ -112,22 +112,3 @@ def test_the_loop_profile_is_read_from_the_profiler_table_in_the_report(results)
     edit_json(results, opt.STORAGE, lambda data: data.pop("profiles"))
     with pytest.raises(DocsTableError, match=r"^results/bench/optimizer-storage/bench.json: no biomoe-loop profile"):
         render("optimizer-loop-profile", results)
-
-
-def test_the_goals_are_measured_inside_each_file(results):
-    text = render("bench-goals", results)
-    assert "13 % (mixtral 4,096)" in row(text, "| fp32 master weights")
-    assert "(medians): not met in the medians" in row(text, "| dna-small")
-    assert "92 % (47.8k against 52.1k" in row(text, "| `ExpertParallelStrategy`")
-    edit_json(results, opt.SINGLE_RUN, scale(4096, "biomoe-cli-nomaster", 2))
-    for path in (opt.SWEEP_SMALL, opt.RECIPES):
-        edit_json(results, path, scale(16384, "biomoe-cli", 2))
-    text = render("bench-goals", results)
-    assert "57 % (mixtral 4,096)" in row(text, "| fp32 master weights")
-    assert "sweep: 2.18×, recipes run: 2.53× (medians): met in the medians" in row(text, "| dna-small")
-
-    def no_strategy_fit(data: dict[str, Any]) -> None:
-        data["results"] = [r for r in data["results"] if r["layout"] != "dp1xep1"]
-    edit_json(results, opt.STRATEGY_ONE_GPU, no_strategy_fit)
-    with pytest.raises(DocsTableError, match=rf"^{opt.STRATEGY_ONE_GPU}: no dp1xep1 result$"):
-        render("bench-goals", results)
