@@ -4,10 +4,11 @@ its cell, and a missing result is a one-line error naming its file."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
+from tests.helpers.bench_rows import row, scale
 from tests.helpers.repo_copy import copy_of, edit_json
 
 from bench.docs_tables import DocsTableError, goals, render
@@ -18,18 +19,6 @@ from bench.docs_tables import bench_files as files
 def results(tmp_path: Path) -> Path:
     """A copy of every results file the goals table reads, free to change."""
     return copy_of({s for t in goals.TABLES.values() for s in t.sources}, tmp_path)
-
-
-def scale(tokens: int, contender: str, factor: float) -> Callable[[dict[str, Any]], None]:
-    def change(data: dict[str, Any]) -> None:
-        for r in data["records"]:
-            if r["tokens_per_step"] == tokens and r["contender"] == contender and r["precision"] == "bf16":
-                r["tokens_per_s"] *= factor
-    return change
-
-
-def row(text: str, start: str) -> str:
-    return next(line for line in text.splitlines() if line.startswith(start))
 
 
 def test_the_goals_are_measured_inside_each_file(results):

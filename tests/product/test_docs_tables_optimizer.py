@@ -5,38 +5,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
+from tests.helpers.bench_rows import row, scale
 from tests.helpers.repo_copy import ROOT, copy_of, edit_json
 
 from bench.docs_tables import DocsTableError, render
 from bench.docs_tables import optimizer as opt
 
 
-
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
     """A copy of every results file the optimizer tables read, free to change."""
     return copy_of({s for t in opt.TABLES.values() for s in t.sources}, tmp_path)
-
-
-
-def records(data: dict[str, Any], tokens: int, contender: str) -> list[dict[str, Any]]:
-    return [r for r in data["records"] if r["tokens_per_step"] == tokens and r["contender"] == contender
-            and r["precision"] == "bf16"]
-
-
-def scale(tokens: int, contender: str, factor: float) -> Callable[[dict[str, Any]], None]:
-    def change(data: dict[str, Any]) -> None:
-        for r in records(data, tokens, contender):
-            r["tokens_per_s"] *= factor
-    return change
-
-
-def row(text: str, start: str) -> str:
-    return next(line for line in text.splitlines() if line.startswith(start))
 
 
 def test_each_storage_row_is_against_the_hf_row_of_its_own_file(results):
