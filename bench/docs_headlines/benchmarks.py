@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable
 
-from bench.docs_headlines.core import Headline, percent, span
+from bench.docs_headlines.core import Headline, kilo, percent, span
 
 DOC = "docs/benchmarks.md"
 BENCH = "results/bench/"
@@ -32,10 +32,6 @@ STUDY = "results/experts/study/summary.json"
 
 WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 """Counts of runs as the text spells them."""
-
-
-def _kilo(value: float, digits: int = 1) -> str:
-    return f"{value / 1e3:,.{digits}f}k"
 
 
 def _range(values: list[float], fmt: str) -> str:
@@ -76,7 +72,7 @@ def _fit_memory_over_hf(data: Any) -> str:
 def _sweep_genome_fit(data: Any) -> str:
     record = _record(data, "genome", 65536, "biomoe-cli")
     low, high = (x / 1e3 for x in record["tokens_per_s_range"])
-    return f"{_kilo(record['tokens_per_s'])} here (range {low:,.1f}–{high:,.1f}k)"
+    return f"{kilo(record['tokens_per_s'])} here (range {low:,.1f}–{high:,.1f}k)"
 
 
 def _wall_seconds(data: Any) -> str:
@@ -92,8 +88,8 @@ def _repeats(data: Any) -> str:
 def _against(shape: str, tokens: int, mine: str, theirs: str, digits: int = 1) -> Callable[[Any], str]:
     """``92.0k against 85.7k``: two rows of one shape."""
     def value(data: Any) -> str:
-        return (f"{_kilo(_rate(data, shape, tokens, mine), digits)} against "
-                f"{_kilo(_rate(data, shape, tokens, theirs), digits)}")
+        return (f"{kilo(_rate(data, shape, tokens, mine), digits)} against "
+                f"{kilo(_rate(data, shape, tokens, theirs), digits)}")
     return value
 
 
@@ -155,13 +151,13 @@ def _moment_dtype_rates(data: Any) -> str:
 
 
 def _torch_master_rates(data: Any) -> str:
-    rates = [_kilo(_rate(data, "mixtral-2layer", n, "biomoe-cli-torchmaster")) for n in (16384, 4096)]
+    rates = [kilo(_rate(data, "mixtral-2layer", n, "biomoe-cli-torchmaster")) for n in (16384, 4096)]
     return f"({rates[0]} and {rates[1]})"
 
 
 def _fit_with_ratio(data: Any, shape: str, tokens: int) -> str:
     record = _record(data, shape, tokens, "biomoe-cli")
-    return f"{_kilo(record['tokens_per_s'])} ({record['ratio_vs_hf_bf16_fused']:.2f}×)"
+    return f"{kilo(record['tokens_per_s'])} ({record['ratio_vs_hf_bf16_fused']:.2f}×)"
 
 
 def _run_a(data: Any) -> str:
@@ -179,7 +175,7 @@ def _data_path_cost(data: Any) -> str:
 
 
 def _loader_and_repeated(data: Any) -> str:
-    return ", ".join(f"{_kilo(_rate(data, s, n, 'biomoe-cli'))} / {_kilo(_rate(data, s, n, 'biomoe-cli-repeated'))}"
+    return ", ".join(f"{kilo(_rate(data, s, n, 'biomoe-cli'))} / {kilo(_rate(data, s, n, 'biomoe-cli-repeated'))}"
                      for s, n in RECIPE_SHAPES)
 
 
@@ -214,7 +210,7 @@ def _graphs_torch_kernels(data: Any) -> str:
 
 
 def _graphs_torch_rates(data: Any) -> str:
-    return (f"({_kilo(_rate(data, 'dna-small', 16384, 'biomoe-cli-graphs-torch'))} on dna-small, "
+    return (f"({kilo(_rate(data, 'dna-small', 16384, 'biomoe-cli-graphs-torch'))} on dna-small, "
             + _against("genome", 65536, "biomoe-cli-graphs-torch", "biomoe-cli")(data) + " on the genome shape)")
 
 
@@ -302,12 +298,12 @@ def _first_losses(data: Any) -> str:
 
 def _longest_sequence_point(data: Any) -> str:
     point = next(r for r in data["seq_sweep"] if (r["variant"], r["seq"]) == ("biomoe-ac", 262144))
-    return f"{point['peak_mem_gb']:.1f} GB, {_kilo(point['tokens_per_s'])} tokens/s"
+    return f"{point['peak_mem_gb']:.1f} GB, {kilo(point['tokens_per_s'])} tokens/s"
 
 
 def _te_layers_against_torch(data: Any) -> str:
     te, torch = (_bare(data, v)["tokens_per_s"] for v in ("biomoe-grouped-bf16", "biomoe-grouped-bf16[torch layers]"))
-    return f"({_kilo(te)} tokens/s vs {_kilo(torch)}"
+    return f"({kilo(te)} tokens/s vs {kilo(torch)}"
 
 
 def _te_fp8_against_grouped(data: Any) -> str:
@@ -322,16 +318,16 @@ def _half_hf_step(data: Any) -> str:
 
 
 def _hf_and_grouped(data: Any) -> str:
-    return " and ".join(_kilo(_bare(data, v)["tokens_per_s"]) for v in ("hf-default", "biomoe-grouped-bf16"))
+    return " and ".join(kilo(_bare(data, v)["tokens_per_s"]) for v in ("hf-default", "biomoe-grouped-bf16"))
 
 
 def _hf_and_grouped_in_compile_run(data: Any) -> str:
-    hf, grouped = (_kilo(_bare(data, v)["tokens_per_s"]) for v in ("hf-default", "biomoe-grouped-bf16"))
+    hf, grouped = (kilo(_bare(data, v)["tokens_per_s"]) for v in ("hf-default", "biomoe-grouped-bf16"))
     return f"HF default {hf} and biomoe `grouped` {grouped}"
 
 
 def _same_code_on_dna_small(data: Any) -> str:
-    return " and ".join(_kilo(_bare(data, v, "dna-small")["tokens_per_s"])
+    return " and ".join(kilo(_bare(data, v, "dna-small")["tokens_per_s"])
                         for v in ("biomoe-auto-fp8-current", "biomoe-te_fused-fp8-current"))
 
 
@@ -442,7 +438,7 @@ def _quack_step_vs_dense(data: Any) -> str:
 
 
 def _moe_rates_grouped_and_quack(data: Any) -> str:
-    grouped, quack = (_kilo(_speeds(data)[("base", "moe", k)]["tokens_per_s"], 0) for k in ("torch", "quack"))
+    grouped, quack = (kilo(_speeds(data)[("base", "moe", k)]["tokens_per_s"], 0) for k in ("torch", "quack"))
     return f"{grouped} / {quack}"
 
 
@@ -487,7 +483,7 @@ def _fine_gpu_time_on_quack(study: Any, speeds: Any) -> str:
 
 HEADLINES = (
     # Summary
-    Headline(DOC, "the genome fit read 711.1k", RECIPES_C, lambda d: _kilo(_rate(d, "genome", 65536, "biomoe-cli"))),
+    Headline(DOC, "the genome fit read 711.1k", RECIPES_C, lambda d: kilo(_rate(d, "genome", 65536, "biomoe-cli"))),
     Headline(DOC, "575.4k here (range 470.9–625.7k)", SWEEP_SMALL, _sweep_genome_fit),
     Headline(DOC, "three commands of 349 s", SWEEP_SMALL, _wall_seconds),
     Headline(DOC, "430 s (training rows)", SWEEP_MIXTRAL, _wall_seconds),
@@ -517,7 +513,7 @@ HEADLINES = (
              RECIPES_C, _fit_and_loop_kernels),
     Headline(DOC, "run A): 630k against 605k", RECIPES_A, _bf16_true),
     Headline(DOC, "dna-small fell to 141.1k", RECIPES_B,
-             lambda d: _kilo(_rate(d, "dna-small", 16384, "biomoe-cli-graphs"))),
+             lambda d: kilo(_rate(d, "dna-small", 16384, "biomoe-cli-graphs"))),
     Headline(DOC, "(kernels per step 1,673 → 1,210)", RECIPES_B, _graphs_torch_kernels),
     Headline(DOC, "(181.8k on dna-small, 596.8k against 641.3k on the genome shape)", RECIPES_B, _graphs_torch_rates),
     Headline(DOC, "(639 kernels in 213 ms", RECIPES_C, _hf_host_time),

@@ -46,6 +46,11 @@ def span(values: Iterable[float], fmt: str, dash: str = "–") -> str:
     return f"{fmt.format(min(values))}{dash}{fmt.format(max(values))}"
 
 
+def kilo(value: float, digits: int = 1) -> str:
+    """Thousands as the documents write them: ``82.3k``, ``1,095k``."""
+    return f"{value / 1e3:,.{digits}f}k"
+
+
 def percent(fraction: float) -> str:
     """A fraction as the documents write it: a space before the per cent sign."""
     return f"{fraction:.0%}".replace("%", " %")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from bench.docs_headlines.core import Headline, percent, span
+from bench.docs_headlines.core import Headline, kilo, percent, span
 
 DOC = "docs/scaling.md"
 RESULTS = "results/scaling/"
@@ -28,10 +28,6 @@ def _scaling_point(data: Any, layers: int, precision: str, layout: str) -> float
     return _scaling_field(data, layers, precision, layout, "tokens_per_s_per_gpu")
 
 
-def _kilo(tokens_per_s: float) -> str:
-    return f"{tokens_per_s / 1e3:.1f}k"
-
-
 def _two_layer_bf16(layout: str) -> Callable[[Any], float]:
     return lambda data: _scaling_point(data, 2, "bf16", layout)
 
@@ -42,7 +38,7 @@ ONE_BY_ONE, SINGLE, EP2 = _two_layer_bf16("dp1xep1"), _two_layer_bf16("single-de
 
 def _point_file(template: str) -> Callable[[Any], str]:
     """The throughput of a single point file (one run), placed in ``template`` at ``{}``."""
-    return lambda data: template.format(_kilo(data["tokens_per_s_per_gpu"]))
+    return lambda data: template.format(kilo(data["tokens_per_s_per_gpu"]))
 
 
 def _last_loss(template: str) -> Callable[[Any], str]:
@@ -54,7 +50,7 @@ def _ep2_share(data: Any) -> str:
 
 
 def _strategy_at_one_by_one(data: Any) -> str:
-    return f"{_kilo(ONE_BY_ONE(data))} tokens/s under `ExpertParallelStrategy` at 1x1 and {_kilo(SINGLE(data))}"
+    return f"{kilo(ONE_BY_ONE(data))} tokens/s under `ExpertParallelStrategy` at 1x1 and {kilo(SINGLE(data))}"
 
 
 def _single_over_strategy(data: Any) -> str:
@@ -62,11 +58,11 @@ def _single_over_strategy(data: Any) -> str:
 
 
 def _one_by_one_vs_single(data: Any) -> str:
-    return f"{_kilo(ONE_BY_ONE(data))} vs {_kilo(SINGLE(data))}"
+    return f"{kilo(ONE_BY_ONE(data))} vs {kilo(SINGLE(data))}"
 
 
 def _without_fsdp(data: Any) -> str:
-    return (f"{_kilo(ONE_BY_ONE(data))} tokens/s at 1x1 against {_kilo(SINGLE(data))} single-device "
+    return (f"{kilo(ONE_BY_ONE(data))} tokens/s at 1x1 against {kilo(SINGLE(data))} single-device "
             f"({percent(ONE_BY_ONE(data) / SINGLE(data))})")
 
 
@@ -82,7 +78,7 @@ def _wall_times(data: Any) -> str:
 
 
 def _bare_loop_auto_bf16(data: Any) -> str:
-    return _kilo(next(r["tokens_per_s"] for r in data["results"]
+    return kilo(next(r["tokens_per_s"] for r in data["results"]
                       if (r["variant"], r["shape"]) == ("biomoe-auto-bf16", "mixtral-2layer")))
 
 
@@ -134,7 +130,7 @@ HEADLINES = (
     Headline(DOC, "(24 s against 55 s of wall time", WITHOUT_FSDP, _wall_times),
     Headline(DOC, "74.2k tokens/s for `biomoe-auto-bf16`", "results/bench/bare-loop/bench.json", _bare_loop_auto_bf16),
     Headline(DOC, "within 96–117 % of its 1-GPU point", FOUR_GPUS, _four_gpu_efficiency),
-    Headline(DOC, BASELINE_RERUNS, FOUR_GPUS, lambda d: f"measured {_kilo(ONE_BY_ONE(d))}"),
+    Headline(DOC, BASELINE_RERUNS, FOUR_GPUS, lambda d: f"measured {kilo(ONE_BY_ONE(d))}"),
     Headline(DOC, BASELINE_RERUNS, RESULTS + "mixtral-4gpu/baseline-reruns/alone/mixtral-8x7b-ep8-2L-bf16-dp1xep1.json",
              _point_file("{} (alone)")),
     Headline(DOC, BASELINE_RERUNS,
