@@ -1,4 +1,5 @@
-"""Reading and changing a bench report's bf16 rows in tests of the tables rendered from it."""
+"""Tests of the rendered documents' tables: a line of a rendered table, and an edit of a bench report's
+bf16 rows."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.bench_rows import row, scale
 from tests.helpers.repo_copy import copy_of, edit_json
+from tests.helpers.table_rows import row, scale
 
 from bench.docs_tables import DocsTableError, goals, render
 from bench.docs_tables import bench_files as files

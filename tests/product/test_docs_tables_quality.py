@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.repo_copy import ROOT, copy_of, edit_json
+from tests.helpers.table_rows import row
 
 from bench import docs_tables
 from bench.docs_tables import TABLES, DocsTableError
@@ -29,11 +30,6 @@ NO_FILE_BEHIND_THEM = (
 @pytest.fixture
 def results_copy(tmp_path: Path) -> Path:
     return copy_of({s for name in QUALITY_TABLES for s in TABLES[name].sources}, tmp_path)
-
-
-
-def _row(text: str, start: str) -> str:
-    return next(line for line in text.splitlines() if line.startswith(start))
 
 
 def test_docs_quality_shows_every_quality_table_and_names_its_files() -> None:
@@ -74,14 +70,14 @@ def test_a_markov_file_without_rows_is_one_line_naming_it(results_copy: Path) ->
 
 def test_the_repeat_expert_table_follows_the_re_scores_and_run_summaries(results_copy: Path) -> None:
     before = docs_tables.render("quality-repeat-expert", results_copy)
-    assert _row(before, "| **`configs/ecoli-mutation.yaml`** (518 s, 3,600 steps) |").endswith(
+    assert row(before, "| **`configs/ecoli-mutation.yaml`** (518 s, 3,600 steps) |").endswith(
         "| 1.8410 | **1.7749** | 4.30 %: 1.760 → 0.221 |")
     rescore = "results/quality/run-summaries/ecoli-v9-wide768-mut5-repeat-expert.repeat-mix.json"
     edit_json(results_copy, rescore, lambda data: data.update(mixed_bits_per_base=1.7, repeat_fraction=0.05))
     edit_json(results_copy, "results/quality/run-summaries/ecoli-mutation.json",
               lambda data: data.update(wall_clock_s=600))
     after = docs_tables.render("quality-repeat-expert", results_copy)
-    assert _row(after, "| v9 ").endswith("| 1.8491 | **1.7000** | 5.00 %: 1.721 → 0.222 |")
+    assert row(after, "| v9 ").endswith("| 1.8491 | **1.7000** | 5.00 %: 1.721 → 0.222 |")
     assert "| **`configs/ecoli-mutation.yaml`** (600 s, 3,600 steps) | 1.8410 | 1.7749 |" in after
 
 
@@ -121,7 +117,7 @@ def test_the_side_by_side_table_gives_equal_tokens_rows_from_the_curves(results_
 
     edit_json(results_copy, source, slower_moe)
     after = docs_tables.render("experts-corpus-side-by-side", results_copy)
-    assert _row(after, "| moe | 13.1M |").endswith("| 99k |")
+    assert row(after, "| moe | 13.1M |").endswith("| 99k |")
     assert "| moe at 9.8M | 9.8M | 1.9719 | 1.9853 | 1.5000 |  |" in after
 
 
@@ -134,7 +130,7 @@ def test_a_contender_without_a_curve_is_one_line_naming_the_file(results_copy: P
 def test_the_study_table_bolds_the_lowest_and_reads_the_training_time(results_copy: Path) -> None:
     source = "results/experts/study/summary.json"
     before = docs_tables.render("experts-corpus-study", results_copy)
-    assert _row(before, "| dense |").endswith("| **1.7310** (346M) | 1,292k | 6.5 min |")
+    assert row(before, "| dense |").endswith("| **1.7310** (346M) | 1,292k | 6.5 min |")
 
     def faster_fine(data: dict) -> None:
         fine = next(c for c in data["contenders"] if c["name"] == "base-fine")
@@ -143,8 +139,8 @@ def test_the_study_table_bolds_the_lowest_and_reads_the_training_time(results_co
 
     edit_json(results_copy, source, faster_fine)
     after = docs_tables.render("experts-corpus-study", results_copy)
-    assert _row(after, "| fine (32 experts, top-8) |").endswith("| **1.7000** (315M) | 750k | 7.0 min |")
-    assert _row(after, "| dense |").endswith("| 1.7310 (346M) | 1,292k | 6.5 min |")
+    assert row(after, "| fine (32 experts, top-8) |").endswith("| **1.7000** (315M) | 750k | 7.0 min |")
+    assert row(after, "| dense |").endswith("| 1.7310 (346M) | 1,292k | 6.5 min |")
     edit_json(results_copy, source, lambda data: data["contenders"][1].update(seconds=[]))
     with pytest.raises(DocsTableError, match="contender base-moe logged no training seconds"):
         docs_tables.render("experts-corpus-study", results_copy)

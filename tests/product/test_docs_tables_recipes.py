@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.helpers.repo_copy import copy_of, edit_json
+from tests.helpers.table_rows import row
 
 from bench import docs_tables
 from bench.docs_tables import TABLES, DocsTableError
@@ -23,40 +24,35 @@ def results_copy(tmp_path: Path) -> Path:
     return copy_of({s for name in RECIPE_TABLES for s in TABLES[name].sources}, tmp_path)
 
 
-
-def _row(text: str, start: str) -> str:
-    return next(line for line in text.splitlines() if line.startswith(start))
-
-
 def test_the_genome_recipe_table_follows_its_file(results_copy: Path) -> None:
     before = docs_tables.render("recipes-genome", results_copy)
-    assert _row(before, "| *H. pylori* SJM180") == (
+    assert row(before, "| *H. pylori* SJM180") == (
         "| *H. pylori* SJM180 | 1,212 | step 1,212, **1.7386** | 1.7386 | 1.8317 | **0.093** |")
 
     def better(data: dict[str, Any]) -> None:
         data["genome_recipe"]["hpylori_sjm180"]["kept_checkpoint"]["bits_per_base"] = 1.7
     edit_json(results_copy, SUMMARY, better)
     after = docs_tables.render("recipes-genome", results_copy)
-    assert "step 1,212, **1.7000** | 1.7386 | 1.8317 | **0.132** |" in _row(after, "| *H. pylori* SJM180")
-    assert _row(after, "| *S. aureus* RF122") == _row(before, "| *S. aureus* RF122")
+    assert "step 1,212, **1.7000** | 1.7386 | 1.8317 | **0.132** |" in row(after, "| *H. pylori* SJM180")
+    assert row(after, "| *S. aureus* RF122") == row(before, "| *S. aureus* RF122")
 
 
 def test_the_lowest_validation_of_a_curve_is_the_bold_one(results_copy: Path) -> None:
-    before = _row(docs_tables.render("recipes-genome-curves", results_copy), "| bits/base | 1.9649")
+    before = row(docs_tables.render("recipes-genome-curves", results_copy), "| bits/base | 1.9649")
     assert before.endswith("| 1.7400 | **1.7386** |")
 
     def dip(data: dict[str, Any]) -> None:
         data["genome_recipe"]["hpylori_sjm180"]["validation"]["606"] = 1.7
     edit_json(results_copy, SUMMARY, dip)
-    after = _row(docs_tables.render("recipes-genome-curves", results_copy), "| bits/base | 1.9649")
+    after = row(docs_tables.render("recipes-genome-curves", results_copy), "| bits/base | 1.9649")
     assert "| **1.7000** |" in after and after.endswith("| 1.7400 | 1.7386 |")
 
 
 def test_moe_against_dense_reads_the_last_validation_of_each_run(results_copy: Path) -> None:
     before = docs_tables.render("recipes-moe-vs-dense", results_copy)
     assert "| genome | MoE (step 924) | dense (step 924) | MoE − dense |" in before
-    assert _row(before, "| hpylori_els37") == "| hpylori_els37 | 1.7891 | 1.7905 | −0.0014 |"
-    assert _row(before, "| order-6 Markov") == "| order-6 Markov (pooled split) | 1.9372 | 1.9372 |  |"
+    assert row(before, "| hpylori_els37") == "| hpylori_els37 | 1.7891 | 1.7905 | −0.0014 |"
+    assert row(before, "| order-6 Markov") == "| order-6 Markov (pooled split) | 1.9372 | 1.9372 |  |"
 
     def one_more_validation(data: dict[str, Any]) -> None:
         last = dict(data["pretraining"]["dense"]["validation"]["924"])
@@ -65,29 +61,29 @@ def test_moe_against_dense_reads_the_last_validation_of_each_run(results_copy: P
     edit_json(results_copy, SUMMARY, one_more_validation)
     after = docs_tables.render("recipes-moe-vs-dense", results_copy)
     assert "| MoE (step 924) | dense (step 1,008) |" in after
-    assert _row(after, "| hpylori_els37") == "| hpylori_els37 | 1.7891 | 1.7000 | +0.0891 |"
+    assert row(after, "| hpylori_els37") == "| hpylori_els37 | 1.7891 | 1.7000 | +0.0891 |"
 
 
 def test_the_held_out_table_reads_the_last_point_of_each_curve(results_copy: Path) -> None:
     before = docs_tables.render("recipes-held-out", results_copy)
     assert "| MoE fine-tuned, step 99 | single-strain model, step 98 |" in before
-    assert _row(before, "| *E. coli* DH1") == "| *E. coli* DH1 | 1.9305 | 1.8872 | 1.8870 | **1.8803** | 2.0286 |"
+    assert row(before, "| *E. coli* DH1") == "| *E. coli* DH1 | 1.9305 | 1.8872 | 1.8870 | **1.8803** | 2.0286 |"
 
     def dense_best(data: dict[str, Any]) -> None:
         data["held_out"]["ecoli_dh1"]["zero_shot_dense"] = 1.85
     edit_json(results_copy, SUMMARY, dense_best)
     after = docs_tables.render("recipes-held-out", results_copy)
-    assert _row(after, "| *E. coli* DH1") == "| *E. coli* DH1 | 1.9305 | 1.8872 | **1.8500** | 1.8803 | 2.0286 |"
+    assert row(after, "| *E. coli* DH1") == "| *E. coli* DH1 | 1.9305 | 1.8872 | **1.8500** | 1.8803 | 2.0286 |"
 
 
 def test_the_packing_table_follows_its_file(results_copy: Path) -> None:
     before = docs_tables.render("corpus-packing", results_copy)
-    assert _row(before, "| 131,072") == "| 131,072 | 25 (881 kb) | 99.81 % | 96.34 % |"
+    assert row(before, "| 131,072") == "| 131,072 | 25 (881 kb) | 99.81 % | 96.34 % |"
 
     def emptier(data: dict[str, Any]) -> None:
         data["by_seq_length"]["131072"]["val_real_fraction"] = 0.9
     edit_json(results_copy, PACKING, emptier)
-    assert _row(docs_tables.render("corpus-packing", results_copy), "| 131,072") == (
+    assert row(docs_tables.render("corpus-packing", results_copy), "| 131,072") == (
         "| 131,072 | 25 (881 kb) | 99.81 % | 90.00 % |")
 
 
