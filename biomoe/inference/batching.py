@@ -47,8 +47,9 @@ __all__ = ["DEFAULT_BATCH_TOKENS", "Window", "WindowBatch", "batches_for", "chec
 
 DEFAULT_BATCH_TOKENS = {"cuda": 1 << 18, "cpu": 1 << 13}
 """Tokens per forward pass by device type: on a GPU as many as a hidden-512 network's activations
-allow in a few GB, since larger passes scored faster (docs/benchmarks.md, "Inference batch size
-and kernels"); on a CPU, small enough that progress moves."""
+allow in a few GB, so that each pass keeps the GPU busy (docs/benchmarks.md, "How variant scoring
+is built", says how the figure was chosen and how to time others); on a CPU, small enough that
+progress moves."""
 
 T = TypeVar("T")
 
