@@ -15,6 +15,10 @@ def _sweep_table(reports: list[Report], header: list[str],
     """A sweep's table: per shape, its fastest HF row and ``cells(records, case, base)``; the footer
     gives the run count, the machine, the HF configurations run and the files."""
     records = [r for rep in reports for r in rep.records]
+    for case in cases(records):  # a ratio is taken inside one run, never across two files
+        holders = [rep.path for rep in reports if case in cases(rep.records)]
+        if len(holders) > 1:
+            raise DocsTableError(f"{holders[1]}: shape {case} is also in {holders[0]}; a sweep reads each from one file")
     rows = []
     for case in cases(records):
         base = fastest_hf([r for r in records if r.case == case]).get(case)
@@ -23,9 +27,18 @@ def _sweep_table(reports: list[Report], header: list[str],
                     + cells(records, case, base))
     repeats = {rep.data["settings"].get("repeats") for rep in reports}
     lines = table(["shape", "fastest HF row of the run"] + header, rows)
-    lines += ["", f"{lead.format(runs=', '.join(str(n) for n in sorted(repeats)))}; {reports[0].machine()}. "
-              f"{hf_configurations_run(records)}. Files: " + ", ".join(f"`{rep.path}`" for rep in reports) + "."]
+    lines += ["", f"{lead.format(runs=', '.join(str(n) for n in sorted(repeats)))}; {_provenance(reports)}"]
     return "\n".join(lines) + "\n"
+
+
+def _provenance(reports: list[Report]) -> str:
+    """Machine, HF configurations and files: said once when every file shares machine, date and
+    software, else file by file (a sweep may be assembled from runs of one shape each)."""
+    if len({rep.machine() for rep in reports}) == 1:
+        return (f"{reports[0].machine()}. {hf_configurations_run([r for rep in reports for r in rep.records])}. "
+                "Files: " + ", ".join(f"`{rep.path}`" for rep in reports) + ".")
+    return " ".join(f"`{rep.path}` ({', '.join(cases(rep.records))}): {rep.machine()}; "
+                    f"{hf_configurations_run(rep.records)}." for rep in reports)
 
 
 def sweep_headline(reports: list[Report]) -> str:

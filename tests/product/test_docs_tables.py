@@ -128,3 +128,31 @@ def test_rendering_writes_only_documents_whose_tables_changed(copy_of_repo, monk
     assert main([]) == 0
     assert stale_tables(copy_of_repo) == [] and "575.4k (1.24×" in readme.read_text()
     assert all(p.stat().st_mtime_ns == t for p, t in before.items() if p != readme)
+
+
+def _sweep_report(path: str, gpu: str, shapes: set[str]):
+    from bench.docs_tables.report import Report
+
+    data = json.loads((ROOT / "results/bench/sweep/small-shapes.json").read_text())
+    data["environment"] = {**data["environment"], "gpu": gpu, "date": "2026-12-07"}
+    data["records"] = [r for r in data["records"] if r["shape"] in shapes]
+    return Report(path, data)
+
+
+def test_a_sweep_assembled_from_runs_on_two_machines_names_each_files_machine():
+    from bench.docs_tables.training import sweep_headline
+
+    text = sweep_headline([_sweep_report("a.json", "NVIDIA H100 80GB HBM3", {"genome"}),
+                           _sweep_report("b.json", "NVIDIA H200", {"dna-small"})])
+    footer = text.splitlines()[-1]
+    assert "`a.json` (genome@65536): one NVIDIA H100 80GB HBM3" in footer
+    assert "`b.json` (dna-small@16384): one NVIDIA H200" in footer
+    assert text.count("| genome, 65,536") == 1 and text.count("| dna-small, 16,384") == 1
+
+
+def test_a_sweep_refuses_a_shape_that_two_of_its_files_hold():
+    from bench.docs_tables.training import sweep_headline
+
+    with pytest.raises(DocsTableError, match=r"^b.json: shape genome@65536 is also in a.json"):
+        sweep_headline([_sweep_report("a.json", "NVIDIA H100 80GB HBM3", {"genome"}),
+                        _sweep_report("b.json", "NVIDIA H200", {"genome", "dna-small"})])
