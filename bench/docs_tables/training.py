@@ -18,7 +18,8 @@ def _sweep_table(reports: list[Report], header: list[str],
     for case in cases(records):  # a ratio is taken inside one run, never across two files
         holders = [rep.path for rep in reports if case in cases(rep.records)]
         if len(holders) > 1:
-            raise DocsTableError(f"{holders[1]}: shape {case} is also in {holders[0]}; a sweep reads each from one file")
+            raise DocsTableError(f"{holders[1]}: shape {case} is also in {holders[0]}; a sweep reads each shape "
+                                 "from one file")
     rows = []
     for case in cases(records):
         base = fastest_hf([r for r in records if r.case == case]).get(case)
