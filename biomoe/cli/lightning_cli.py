@@ -87,7 +87,7 @@ class BioMoECLI(LightningCLI):
     """LightningCLI that reports where results went after ``fit`` and checks vocab sizes."""
 
     def __init__(self, *args, **kwargs) -> None:
-        # Building a subcommand's parser from the classes' signatures takes about 0.4 s: with the
+        # Building a subcommand's parser from the classes' signatures is a visible part of start-up: with the
         # command line's subcommand first (``fit ...``), only that one is built, the others are
         # stubs like the commands main() runs (they are never parsed).
         given = kwargs.get("args")

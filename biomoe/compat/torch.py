@@ -155,7 +155,7 @@ def flatten_mesh(mesh: Any, name: str) -> Any:
 
 def load_checkpoint_keys(dcp_dir: str | os.PathLike[str], keys: set[str]) -> dict[str, Any]:
     """The top-level entries ``keys`` of a distributed checkpoint, loaded whole in this process."""
-    # imported here: torch.distributed.checkpoint adds ~0.1 s to every start-up (--help included)
+    # imported here: importing torch.distributed.checkpoint would slow every start-up (--help included)
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict

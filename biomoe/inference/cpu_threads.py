@@ -2,9 +2,8 @@
 
 torch splits every operation over as many threads as the machine has cores. On a CPU that other
 work also uses (a laptop, a shared server) the threads of one operation wait for each other at its
-end while the system runs something else on one of them: scoring a 230 kb genome with a 3.4M
-parameter model on a 2-core machine with one other busy process took 71 s on two threads and
-27 s on one. On an idle many-core machine the threads pay off instead. Neither the core count nor
+end while the system runs something else on one of them, and a run on one thread can be several
+times faster than on all of them. On an idle many-core machine the threads pay off instead. Neither the core count nor
 the load tells beforehand which case a run is in, so the engines measure it
 (:func:`biomoe.inference.batching.run_batches`): a first batch (which pays the warm-up) and a timed
 one run on a single thread, a third on torch's thread count, and the rest run on torch's count only

@@ -393,8 +393,8 @@ def _substitutions(tokenizer: NucleotideTokenizer,
 
     Each distinct reference window is encoded once (a codon's nine SNVs share one) and an alt
     window is its reference's tokens with the changed bases patched in, all as one byte per
-    token. Encoding two fresh int64 windows per variant took 2-3 s for ``mutations``' 54,000
-    SNVs on a 2-core host, all of it before the first forward (0.5 s this way)."""
+    token. Encoding two fresh int64 windows per variant instead would spend seconds on a genome's
+    worth of SNVs, all of it before the first forward."""
     items, rest = [], []
     encoded: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # ref window -> (its bytes, its tokens)
 

@@ -3,8 +3,8 @@
 Users hand over all sorts of FASTA (Windows line endings, soft-masked lowercase, typos, a protein
 file, FASTQ): every problem must surface as a one-line :class:`~biomoe.errors.GenomeInputError`
 naming the file, *before* a training job starts, instead of as a pyfaidx traceback an hour in.
-The scan reads 1 MiB chunks and finds bad characters with ``bytes.translate`` (an E. coli genome
-takes well under a second); it records every contig's name and length, where a ``.fai`` must
+The scan reads 1 MiB chunks and finds bad characters with ``bytes.translate`` (in C, not a
+Python loop per base); it records every contig's name and length, where a ``.fai`` must
 point for the file as it is, and whether pyfaidx can index the file without a rewrite.
 """
 

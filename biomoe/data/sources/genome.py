@@ -133,7 +133,7 @@ class Genome:
     def _check_unchanged(self, file_index: int) -> None:
         """Stop with one line if a FASTA file was rewritten, replaced or truncated since it was
         validated: windows read from it now would no longer be the genome that was checked
-        (one ``stat`` per read, about 2 µs beside the read's 5)."""
+        (one ``stat`` per read, cheap beside the read itself)."""
         prep = self._files[file_index]
         if prep.signature is None:
             return
