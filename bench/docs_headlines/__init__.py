@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.docs_headlines import benchmarks, commands, corpus, gpus, mutations, quality, readme, recipes, scaling
-from bench.docs_headlines.core import ROOT, Headline, HeadlineSourceError, read_json
+from bench.docs_headlines.core import ROOT, Headline, HeadlineSourceError, read_source
 
-__all__ = ["HEADLINES", "ROOT", "Headline", "HeadlineSourceError", "headline_problems", "read_json"]
+__all__ = ["HEADLINES", "ROOT", "Headline", "HeadlineSourceError", "headline_problems", "read_source"]
 
 HEADLINES: tuple[Headline, ...] = (
     *readme.HEADLINES, *benchmarks.HEADLINES, *quality.HEADLINES, *recipes.HEADLINES, *scaling.HEADLINES,
@@ -25,7 +25,7 @@ def headline_problems(root: Path = ROOT) -> list[str]:
         if h.quote not in text:
             problems.append(f"{h.document}: no longer quotes {h.quote!r} (update HEADLINES)")
             continue
-        value = h.value(*(read_json(source, root) for source in h.sources))
+        value = h.value(*(read_source(source, root) for source in h.sources))
         if value not in h.quote:
             given = f"{h.source} gives" if not h.also else f"{' and '.join(h.sources)} give"
             problems.append(f"{h.document}: {h.quote!r} but {given} {value}")

@@ -11,12 +11,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class HeadlineSourceError(Exception):
-    """A results file a headline reads that is missing or not JSON: one line naming it."""
+    """A results file a headline reads that is missing or not valid JSON: one line naming it."""
 
 
-def read_json(path: str, root: Path = ROOT) -> Any:
+def read_source(path: str, root: Path = ROOT) -> Any:
+    """A results file as a headline reads it: parsed JSON, or the text of any other file (a
+    profiler's table)."""
     try:
-        return json.loads((root / path).read_text())
+        text = (root / path).read_text()
+        return json.loads(text) if path.endswith(".json") else text
     except FileNotFoundError:
         raise HeadlineSourceError(f"{path}: no such results file") from None
     except json.JSONDecodeError as err:

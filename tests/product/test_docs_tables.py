@@ -156,3 +156,13 @@ def test_a_sweep_refuses_a_shape_that_two_of_its_files_hold():
     with pytest.raises(DocsTableError, match=r"^b.json: shape genome@65536 is also in a.json; a sweep reads each"):
         sweep_headline([_sweep_report("a.json", "NVIDIA H100 80GB HBM3", {"genome"}),
                         _sweep_report("b.json", "NVIDIA H200", {"genome", "dna-small"})])
+
+
+def test_a_figure_quoted_from_a_profiler_table_is_checked_against_the_table(copy_of_repo):
+    profile = copy_of_repo / "results/bench/bare-loop/profile-mixtral-2layer.txt"
+    text = profile.read_text()
+    assert "aten::_grouped_mm" in text
+    profile.write_text(text.replace("73.492ms", "93.492ms"))  # the profiled contender's expert GEMMs
+    problems = headline_problems(copy_of_repo)
+    assert any("24.5 ms of bf16 grouped GEMMs" in p and "31.2 ms" in p for p in problems)
+    assert any("≈700 TFLOP/s" in p and "≈600 TFLOP/s" in p for p in problems)
