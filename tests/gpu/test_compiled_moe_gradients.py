@@ -1,8 +1,8 @@
-"""A compiled MoE model's gradients are eager's, step after step, also at a second input shape
-(a fit meets one when validation or a last batch has another shape than training). On CUDA the
-compiled MoE blocks have given gradients far from eager's while the loss agreed, in some runs and not
-in others of the very same test, and never with ``CUDA_LAUNCH_BLOCKING=1``: the comparison is
-repeated so that such a fault shows in one run of this test."""
+"""A compiled MoE model's gradients are eager's, step after step, also at a second sequence length
+(a model trained at several lengths in one process meets one). On CUDA the compiled MoE blocks gave
+gradients far from eager's at the second length while the loss agreed (docs/reliability.md,
+"Known problem: compiled MoE gradients on CUDA"), in more steps of some runs than of others: the
+comparison is repeated so that such a fault shows in one run of this test."""
 
 from __future__ import annotations
 
