@@ -24,8 +24,10 @@ def cut_pieces(regions: Sequence[Region], seq_length: int, stride: int) -> tuple
     (the default) the pieces tile every region exactly: a short record is one whole piece, a long
     contig is cut into full pieces and its end. With a smaller stride the pieces overlap, but not
     evenly: the first ``stride`` bases of a region are in one piece, the next ``stride`` in two,
-    and so on up to ``ceil(seq_length / stride)`` pieces, from base ``seq_length - stride`` of the
-    region on; the pieces cut at the region's end keep its last bases at that count.
+    and so on through its first ``seq_length`` bases; from there on every base is in
+    ``seq_length // stride`` or ``ceil(seq_length / stride)`` pieces (exactly ``seq_length / stride``
+    when ``stride`` divides ``seq_length``), the region's last bases too, since the pieces cut at
+    its end are kept.
     """
     contigs, starts, ends = [], [], []
     for contig, lo, hi in regions:

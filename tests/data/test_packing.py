@@ -247,13 +247,16 @@ def test_per_file_sampling_draws_rows_of_one_file(mixed, cache_dir) -> None:
     assert len(sub.train_dataset) == 5
 
 
-def test_a_smaller_stride_covers_the_start_of_a_region_fewer_times() -> None:
-    """What the docstring of ``cut_pieces`` says: with seq_length 8 and stride 2 the first two bases
-    of a region are in one piece, the next two in two, ..., four pieces from base 6 to the end."""
-    length, seq_length, stride = 40, 8, 2
+@pytest.mark.parametrize("seq_length, stride", [(8, 2), (10, 3), (10, 4), (7, 7)])
+def test_a_smaller_stride_covers_the_start_of_a_region_fewer_times(seq_length: int, stride: int) -> None:
+    """What the docstring of ``cut_pieces`` says: through the first ``seq_length`` bases of a
+    region, base ``b`` is in ``b // stride + 1`` pieces; from there to the region's end, in
+    ``seq_length // stride`` or ``ceil(seq_length / stride)`` (one count where stride divides)."""
+    length = 5 * seq_length + 3
     _, starts, ends = cut_pieces([(0, 0, length)], seq_length, stride)
     coverage = np.zeros(length, dtype=int)
     for start, end in zip(starts, ends):
         coverage[start:end] += 1
-    assert coverage[:8].tolist() == [1, 1, 2, 2, 3, 3, 4, 4]
-    assert set(coverage[seq_length - stride:].tolist()) == {seq_length // stride}
+    assert coverage[:seq_length].tolist() == [b // stride + 1 for b in range(seq_length)]
+    plateau = set(coverage[seq_length:].tolist())
+    assert plateau == {seq_length // stride, -(-seq_length // stride)}
