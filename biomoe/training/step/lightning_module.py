@@ -9,7 +9,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 from torchmetrics import MeanMetric
@@ -28,6 +28,7 @@ from biomoe.training.optimization.optimizer_choice import master_weight_adamw, w
 from biomoe.training.reports.genome_metrics import genome_step_outputs
 from biomoe.training.step.held_out_metric import Fp32MeanMetric
 from biomoe.training.step.resume_state import CHECKPOINT_KEY, collect_resume_state, restore_resume_state
+from biomoe.training.step.sequence_lengths import SequenceLengthWatch, watches_sequence_lengths
 from biomoe.training.step.training_clock import TrainingClock
 
 
@@ -64,6 +65,7 @@ class BioMoEModule(L.LightningModule):
         self._step_seen = -1
         self._last_loss: Tensor | None = None
         self.built: BuiltModel | None = None
+        self._lengths = SequenceLengthWatch(active=False)  # set where the device is known
 
     # ----------------------------------------------------------------------------------- model
     def configure_model(self) -> None:
@@ -77,6 +79,7 @@ class BioMoEModule(L.LightningModule):
         # A strategy that shards (expert parallel + FSDP2) hands over its layout; the model is
         # then built, split and sharded in one place before weights are materialised.
         plan_for = getattr(strategy, "parallel_plan", None)
+        self._lengths = SequenceLengthWatch(watches_sequence_lengths(self.config, self.runtime, device))
         self.built = build_model(self.config, self.runtime, device,
                                  plan=plan_for() if plan_for is not None else None,
                                  announce=rank_zero_info,
@@ -137,6 +140,8 @@ class BioMoEModule(L.LightningModule):
         """Logs device tensors with ``prog_bar=False``: Lightning converts those to numbers only when
         the logger writes (every ``log_every_n_steps``). A device tensor in the progress bar would be
         read every step (a host-device sync); the bar gets host values from :meth:`on_train_batch_end`."""
+        if (warning := self._lengths.see(batch["input_ids"].shape[-1])) is not None:
+            rank_zero_warn(warning)
         terms = self._loss_terms(batch)
         ce = terms["ce"].detach()
         loss = terms["loss"].detach()
