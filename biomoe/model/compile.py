@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from biomoe.compat.inductor import barrier_before_read_back
 from biomoe.compat.torch import checkpoint_wrapped
 from biomoe.model.documents import varlen_available
 
@@ -28,8 +29,15 @@ def apply_compile(model: nn.Module, **compile_kwargs) -> nn.Module:
     calls the compiled block in forward and again in the recomputation, with the RNG replayed.
 
     torch's packed attention kernel is imported on first use (its module imports the compiler);
-    here that happens before any tracing, so compiled blocks find it imported."""
+    here that happens before any tracing, so compiled blocks find it imported.
+
+    Inductor's Triton kernels get a barrier before reading back what they stored across a
+    reduction loop (:func:`~biomoe.compat.inductor.barrier_before_read_back`): the compiled MoE
+    block's backward fuses the experts' gather into the RMSNorm backward, which stores the summed
+    gradient in one loop and reads it back in the next (docs/reliability.md, "Known problem:
+    compiled MoE gradients on CUDA")."""
     varlen_available()
+    barrier_before_read_back()
     for block in model.blocks:
         checkpoint_wrapped(block).compile(**compile_kwargs)
     return model

@@ -244,3 +244,48 @@ def test_the_flash_op_takes_a_causal_flag_and_the_lower_right_path_leaves_the_cp
     assert params.enable_gqa is False
     grouped = torch_compat.flash_capability_params(torch.randn(1, 4, 3, 64, dtype=torch.bfloat16), kv, kv)
     assert grouped.enable_gqa is True  # two key/value heads for four query heads, read in place
+
+
+def test_a_read_back_of_a_stored_buffer_waits_for_every_warp(monkeypatch):
+    """Inductor's kernel ``load`` gets a barrier in the kernel's body before reading a buffer that
+    the same kernel stored in an earlier reduction loop (its CSE's invalidated stores), and only
+    then; installing twice patches once, and compiling blocks installs it on inductor's own class."""
+    from types import SimpleNamespace
+
+    from biomoe.compat.inductor import barrier_before_read_back
+
+    class Lines(list):
+        def writeline(self, line) -> None:
+            self.append(line)
+
+    class Kernel:
+        def __init__(self) -> None:
+            self.cse = SimpleNamespace(invalidated_stores={"buf1"})
+            self.body = Lines()
+            self.read: list[str] = []
+
+        def load(self, name, index):
+            self.body.append(f"load {name}")
+            self.read.append(name)
+            return f"tmp_{name}"
+
+    assert barrier_before_read_back(Kernel) and barrier_before_read_back(Kernel)
+    kernel = Kernel()
+    assert kernel.load("buf0", 0) == "tmp_buf0" and kernel.body == ["load buf0"]
+    assert kernel.load("buf1", 0) == "tmp_buf1"
+    assert [getattr(line, "line", line) for line in kernel.body] == ["load buf0", "tl.debug_barrier()", "load buf1"]
+    assert kernel.read == ["buf0", "buf1"]  # the original load still runs, once per call
+
+    from torch._inductor.codegen.triton import TritonKernel
+
+    from biomoe.model.compile import apply_compile
+
+    monkeypatch.setattr(TritonKernel, "load", lambda self, name, index: None)  # as before any install
+    apply_compile(_no_blocks())
+    assert getattr(TritonKernel.load, "_biomoe_barrier_before_read_back", False)
+
+
+def _no_blocks() -> torch.nn.Module:
+    model = torch.nn.Module()
+    model.blocks = torch.nn.ModuleList()
+    return model
