@@ -53,7 +53,7 @@ def barrier_before_read_back(kernel_class: type | None = None) -> bool:
     from torch._inductor.codegen.common import DeferredLine
 
     def load_after_barrier(self, name, index):
-        if name in self.cse.invalidated_stores:
+        if name in getattr(self.cse, "invalidated_stores", ()):  # a torch without it: no barrier, as before
             self.body.writeline(DeferredLine(name, "tl.debug_barrier()"))
         return load(self, name, index)
 
