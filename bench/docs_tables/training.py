@@ -14,9 +14,10 @@ def _sweep_table(reports: list[Report], header: list[str],
                  cells: Callable[[list[BenchRecord], str, BenchRecord | None], list[str]], lead: str) -> str:
     """A sweep's table: per shape, its fastest HF row and ``cells(records, case, base)``; the footer
     gives the run count, the machine, the HF configurations run and the files."""
+    shapes_of = [(rep.path, cases(rep.records)) for rep in reports]
     records = [r for rep in reports for r in rep.records]
     for case in cases(records):  # a ratio is taken inside one run, never across two files
-        holders = [rep.path for rep in reports if case in cases(rep.records)]
+        holders = [path for path, shapes in shapes_of if case in shapes]
         if len(holders) > 1:
             raise DocsTableError(f"{holders[1]}: shape {case} is also in {holders[0]}; a sweep reads each shape "
                                  "from one file")
